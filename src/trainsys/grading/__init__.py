@@ -1,0 +1,34 @@
+"""Checks behind nbgrader's hidden tests: ``check_<function>(fn)`` for every graded function.
+
+A hidden-test cell calls, e.g., ``trainsys.grading.check_linear_forward(linear_forward)``; the check
+returns a one-line summary when every case passes and raises ``AssertionError`` naming the failing
+case otherwise.
+"""
+
+from trainsys.grading._harness import CheckFailure
+from trainsys.grading.mlp import (
+    check_first_linear_backward,
+    check_init_mlp_params,
+    check_linear_backward,
+    check_linear_forward,
+    check_make_synthetic_regression_batch,
+    check_mlp_backward,
+    check_mlp_forward,
+    check_mse_loss_and_grad,
+    check_relu_backward,
+    check_relu_forward,
+)
+
+__all__ = [
+    "CheckFailure",
+    "check_first_linear_backward",
+    "check_init_mlp_params",
+    "check_linear_backward",
+    "check_linear_forward",
+    "check_make_synthetic_regression_batch",
+    "check_mlp_backward",
+    "check_mlp_forward",
+    "check_mse_loss_and_grad",
+    "check_relu_backward",
+    "check_relu_forward",
+]

@@ -1,0 +1,214 @@
+"""The machinery every ``check_<function>`` is built from.
+
+A check calls the student's function on named cases, compares each result with the reference
+implementation, and raises ``AssertionError`` with a message that names the case, the quantity and
+how it differs. Checks are quiet: library warnings are suppressed and nothing reaches stderr, since
+nbgrader scores a test cell that writes to stderr as failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+
+class CheckFailure(AssertionError):
+    """A graded check failed; the message says on which case and how."""
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence warnings and stderr (floating-point warnings included) for the duration of a check."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def call(fn: Callable[..., Any], case: str, *args: Any, **kwargs: Any) -> Any:
+    """Call the student's ``fn``, turning any exception it raises into a failure of ``case``.
+
+    The arguments are passed as they are, so that the check can compare them afterwards with a
+    snapshot and catch a function that mutates its inputs.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailure(f"[{case}] the function is not implemented yet (it raised NotImplementedError)") from None
+    except Exception as exc:  # noqa: BLE001 - any student exception is a failed case
+        raise CheckFailure(f"[{case}] raised {type(exc).__name__}: {exc}") from None
+
+
+def expect_raises(
+    fn: Callable[..., Any],
+    case: str,
+    errors: tuple[type[BaseException], ...],
+    argument: str,
+    *args: Any,
+    **kwargs: Any,
+) -> None:
+    """Require ``fn(*args)`` to reject its input with one of ``errors`` whose message names ``argument``."""
+    names = " or ".join(e.__name__ for e in errors)
+    try:
+        fn(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailure(f"[{case}] the function is not implemented yet (it raised NotImplementedError)") from None
+    except errors as exc:
+        if argument not in str(exc):
+            raise CheckFailure(
+                f"[{case}] raised {type(exc).__name__} as it should, but its message {str(exc)!r} "
+                f"does not name the argument {argument!r}"
+            ) from None
+        return
+    except Exception as exc:  # noqa: BLE001
+        raise CheckFailure(f"[{case}] must raise {names}, but raised {type(exc).__name__}: {exc}") from None
+    raise CheckFailure(f"[{case}] must raise {names} for this invalid input, but returned normally")
+
+
+def default_tolerance(dtype: np.dtype) -> tuple[float, float]:
+    """(rtol, atol) for comparing results computed in ``dtype`` by two correct implementations."""
+    if dtype == np.float16:
+        return 2e-3, 1e-3
+    if dtype == np.float32:
+        return 2e-5, 1e-6
+    return 1e-10, 1e-12
+
+
+def assert_array(
+    case: str,
+    what: str,
+    got: Any,
+    expected: np.ndarray,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    exact: bool = False,
+    check_dtype: bool = True,
+) -> None:
+    """Compare one array with the reference: type, shape, dtype, then values (exactly or to tolerance)."""
+    if not isinstance(got, np.ndarray):
+        raise CheckFailure(f"[{case}] {what} must be a numpy.ndarray, got {type(got).__name__}")
+    if got.shape != expected.shape:
+        raise CheckFailure(f"[{case}] {what} has shape {got.shape}, expected {expected.shape}")
+    if check_dtype and got.dtype != expected.dtype:
+        raise CheckFailure(f"[{case}] {what} has dtype {got.dtype}, expected {expected.dtype}")
+    if expected.size == 0:
+        return
+    got64 = got.astype(np.float64)
+    exp64 = expected.astype(np.float64)
+    same_nan = np.isnan(got64) == np.isnan(exp64)
+    if not np.all(same_nan):
+        idx = np.unravel_index(int(np.argmin(same_nan)), got.shape)
+        raise CheckFailure(f"[{case}] {what}[{idx}] is {got64[idx]}, expected {exp64[idx]} (NaN mismatch)")
+    finite = ~np.isnan(exp64)
+    err = np.where(finite, np.abs(got64 - exp64), 0.0)
+    if exact:
+        bad = err > 0
+    else:
+        default_rtol, default_atol = default_tolerance(expected.dtype)
+        rtol = default_rtol if rtol is None else rtol
+        atol = default_atol if atol is None else atol
+        scale = atol + rtol * np.abs(exp64)
+        bad = err > scale
+    if np.any(bad):
+        idx = np.unravel_index(int(np.argmax(np.where(bad, err, -1.0))), got.shape)
+        raise CheckFailure(
+            f"[{case}] {what} differs from the reference in {int(bad.sum())} of {bad.size} entries; "
+            f"worst at index {tuple(int(i) for i in idx)}: got {got64[idx]!r}, expected {exp64[idx]!r} "
+            f"(|difference| {err[idx]:.3g})"
+        )
+
+
+def assert_scalar(case: str, what: str, got: Any, expected: float, *, rtol: float = 1e-6, atol: float = 1e-9) -> None:
+    """Compare a real-valued scalar with the reference."""
+    if isinstance(got, np.ndarray) and got.shape == ():
+        got = got.item()
+    if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.floating, np.integer)):
+        raise CheckFailure(f"[{case}] {what} must be a real number, got {type(got).__name__}")
+    got = float(got)
+    if not abs(got - expected) <= atol + rtol * abs(expected):
+        raise CheckFailure(f"[{case}] {what} is {got!r}, expected {expected!r} (|difference| {abs(got - expected):.3g})")
+
+
+def assert_tuple(case: str, what: str, got: Any, length: int) -> tuple:
+    """Require a tuple (or list) of ``length`` items, as the contract says the function returns."""
+    if not isinstance(got, (tuple, list)) or len(got) != length:
+        kind = f"{type(got).__name__} of length {len(got)}" if isinstance(got, (tuple, list)) else type(got).__name__
+        raise CheckFailure(f"[{case}] {what} must be a tuple of {length} items, got {kind}")
+    return tuple(got)
+
+
+def assert_array_dict(
+    case: str, what: str, got: Any, expected: Mapping[str, np.ndarray], **tolerance: Any
+) -> None:
+    """Compare a dict of arrays (parameters, gradients, a cache) key by key with the reference."""
+    if not isinstance(got, Mapping):
+        raise CheckFailure(f"[{case}] {what} must be a dict, got {type(got).__name__}")
+    if set(got) != set(expected):
+        raise CheckFailure(
+            f"[{case}] {what} must have exactly the keys {sorted(expected)}, got {sorted(map(str, got))}"
+        )
+    for key in expected:
+        assert_array(case, f"{what}[{key!r}]", got[key], expected[key], **tolerance)
+
+
+def assert_unchanged(case: str, what: str, before: Any, after: Any) -> None:
+    """Fail when the student's function mutated an input it promised to leave alone."""
+    if isinstance(before, Mapping):
+        for key in before:
+            assert_unchanged(case, f"{what}[{key!r}]", before[key], after[key])
+        return
+    if isinstance(before, np.ndarray) and not np.array_equal(before, after, equal_nan=True):
+        raise CheckFailure(f"[{case}] the function modified its input {what} in place; it must return a new array")
+
+
+def rng_for(case_index: int, salt: int) -> np.random.Generator:
+    """A generator seeded per check and per case, so every case is reproducible on its own."""
+    return np.random.default_rng([salt, case_index])
+
+
+def passed(name: str, cases: int) -> str:
+    """The message a passing check returns (and prints in the notebook)."""
+    return f"{name}: all {cases} cases passed"
+
+
+Args = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def run_cases(
+    name: str,
+    fn: Callable[..., Any],
+    reference: Callable[..., Any],
+    cases: list[tuple[str, Callable[[], Args]]],
+    compare: Callable[[str, Any, Any], None],
+    invalid: list[tuple[str, tuple[type[BaseException], ...], str, Callable[[], Args]]] = (),
+) -> str:
+    """Run a check: every valid case against the reference, then every invalid input.
+
+    ``cases`` pairs a label with a factory that builds fresh ``(args, kwargs)`` (a factory, so the
+    student and the reference each get their own copy and their own generator). ``compare(label,
+    got, expected)`` raises :class:`CheckFailure` on a difference. Inputs are compared with a
+    snapshot after the student's call, so in-place mutation fails the case. ``invalid`` entries are
+    ``(label, accepted exception types, argument the message must name, factory)``.
+    """
+    if not callable(fn):
+        raise CheckFailure(f"{name}: expected a function, got {type(fn).__name__}")
+    with quiet():
+        for label, make in cases:
+            args, kwargs = make()
+            before = copy.deepcopy((args, kwargs))
+            got = call(fn, label, *args, **kwargs)
+            for i, (old, new) in enumerate(zip(before[0], args)):
+                assert_unchanged(label, f"argument {i + 1}", old, new)
+            ref_args, ref_kwargs = make()
+            expected = reference(*ref_args, **ref_kwargs)
+            compare(label, got, expected)
+        for label, errors, argument, make in invalid:
+            args, kwargs = make()
+            expect_raises(fn, label, errors, argument, *args, **kwargs)
+    return passed(name, len(cases) + len(invalid))
