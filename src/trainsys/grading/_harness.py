@@ -104,7 +104,7 @@ def assert_array(
     same_nan = np.isnan(got64) == np.isnan(exp64)
     if not np.all(same_nan):
         idx = np.unravel_index(int(np.argmin(same_nan)), got.shape)
-        raise CheckFailure(f"[{case}] {what}[{idx}] is {got64[idx]}, expected {exp64[idx]} (NaN mismatch)")
+        raise CheckFailure(f"[{case}] {what}[{idx}] is {float(got64[idx])}, expected {float(exp64[idx])} (NaN mismatch)")
     finite = ~np.isnan(exp64)
     err = np.where(finite, np.abs(got64 - exp64), 0.0)
     if exact:
@@ -119,7 +119,7 @@ def assert_array(
         idx = np.unravel_index(int(np.argmax(np.where(bad, err, -1.0))), got.shape)
         raise CheckFailure(
             f"[{case}] {what} differs from the reference in {int(bad.sum())} of {bad.size} entries; "
-            f"worst at index {tuple(int(i) for i in idx)}: got {got64[idx]!r}, expected {exp64[idx]!r} "
+            f"worst at index {tuple(int(i) for i in idx)}: got {float(got64[idx])!r}, expected {float(exp64[idx])!r} "
             f"(|difference| {err[idx]:.3g})"
         )
 

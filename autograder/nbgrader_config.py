@@ -1,0 +1,33 @@
+"""nbgrader configuration for the course.
+
+Source notebooks (with solutions and hidden tests) live in ``solutions/<assignment>/``; the student
+versions that ``nbgrader generate_assignment`` writes go to ``notebooks/<assignment>/``. The
+gradebook is SQLite under ``autograder/`` unless ``NBGRADER_DB_URL`` names another database (for a
+class, e.g. ``postgresql://user@host/gradebook``).
+
+Use it from the repository root with ``--config autograder/nbgrader_config.py``, or through the
+Makefile targets, which do.
+"""
+
+import os
+from pathlib import Path
+
+c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads this file
+
+ROOT = Path(__file__).resolve().parent.parent
+
+c.CourseDirectory.root = os.environ.get("NBGRADER_COURSE_ROOT", str(ROOT))
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "notebooks"
+c.CourseDirectory.course_id = "trainsys"
+c.CourseDirectory.db_url = os.environ.get("NBGRADER_DB_URL", f"sqlite:///{ROOT / 'autograder' / 'gradebook.db'}")
+
+# Only notebooks are released: the package provides everything else a lesson imports.
+c.CourseDirectory.include = ["*.ipynb"]
+
+# A stuck submission (an infinite loop) costs its own cell, not the whole class.
+c.Execute.timeout = 60
+c.Execute.interrupt_on_timeout = True
+
+# Stubs shown to students.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
