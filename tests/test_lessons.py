@@ -1,0 +1,110 @@
+"""The lesson linter: every source notebook has the course's anatomy and is wired into the book.
+
+Checks, per notebook in ``solutions/``: the seven sections of DESIGN.md in order, a display equation,
+exactly one graded answer cell with one solution region, visible tests, exactly one hidden-test cell
+that calls ``trainsys.grading``, 5 points in all, unique nbgrader ids; and across the course: every
+notebook appears in ``_toc.yml``, every ``_toc.yml`` entry exists, and no paragraph of prose is shared
+between two notebooks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = ["Intuition", "Concepts", "The mathematics", "Implementation", "Tests", "Common mistakes", "Checkpoint"]
+SOURCES = sorted(ROOT.glob("solutions/*/*.ipynb"))
+NAME = re.compile(r"^(\d{2})_([a-z0-9_]+)\.ipynb$")
+
+
+def _nbgrader(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+def _toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files: list[str] = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("sections"))
+            walk(entry.get("chapters"))
+
+    walk(toc.get("parts"))
+    walk(toc.get("chapters"))
+    return files
+
+
+def test_there_are_lessons() -> None:
+    assert SOURCES, "no lesson notebooks found under solutions/"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+def test_lesson_anatomy(path: Path) -> None:
+    assert NAME.match(path.name), f"{path.name}: lesson files are named NN_<function_name>.ipynb"
+    function = NAME.match(path.name).group(2)
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+
+    headings = [m.group(1).strip() for c in nb.cells if c.cell_type == "markdown"
+                for m in re.finditer(r"^## (.+)$", c.source, flags=re.M)]
+    found = [h for h in headings if h in SECTIONS]
+    assert found == SECTIONS, f"{path.name}: sections must be {SECTIONS} in this order, found {found}"
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), "a title comes first"
+
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "$$" in markdown, f"{path.name}: the mathematics needs at least one display equation"
+
+    answers = [c for c in nb.cells if _nbgrader(c).get("solution")]
+    assert len(answers) == 1, f"{path.name}: exactly one graded answer cell, found {len(answers)}"
+    assert answers[0].source.count("### BEGIN SOLUTION") == 1 and answers[0].source.count("### END SOLUTION") == 1
+    assert re.search(rf"^def {function}\(", answers[0].source, flags=re.M), f"the answer cell defines {function}()"
+
+    graded = [c for c in nb.cells if _nbgrader(c).get("grade")]
+    hidden = [c for c in graded if "### BEGIN HIDDEN TESTS" in c.source]
+    visible = [c for c in graded if "### BEGIN HIDDEN TESTS" not in c.source]
+    assert len(hidden) == 1, f"{path.name}: exactly one hidden-test cell, found {len(hidden)}"
+    assert re.search(rf"trainsys\.grading import check_{function}\b", hidden[0].source)
+    assert f"check_{function}({function})" in hidden[0].source
+    assert "remove-cell" in hidden[0].metadata.get("tags", []), "hidden tests must be removed from the book"
+    assert visible and all("assert" in c.source or "pytest.raises" in c.source for c in visible)
+    assert sum(_nbgrader(c).get("points", 0) for c in graded) == 5, f"{path.name}: a lesson is worth 5 points"
+
+    ids = [_nbgrader(c)["grade_id"] for c in nb.cells if _nbgrader(c)]
+    assert len(ids) == len(set(ids)), f"{path.name}: duplicated nbgrader grade_id in {ids}"
+    cell_ids = [c.get("id") for c in nb.cells]
+    assert len(cell_ids) == len(set(cell_ids)), f"{path.name}: duplicated cell ids"
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "sources are stored without outputs"
+
+
+def test_toc_and_lessons_agree() -> None:
+    toc = _toc_files()
+    for entry in toc:
+        matches = [ROOT / f"{entry}{ext}" for ext in ("", ".md", ".ipynb") if (ROOT / f"{entry}{ext}").is_file()]
+        assert matches, f"_toc.yml names {entry!r}, which does not exist"
+    listed = {str(Path(e).with_suffix("")) for e in toc}
+    for path in SOURCES:
+        assert str(path.relative_to(ROOT).with_suffix("")) in listed, f"{path} is not in _toc.yml"
+
+
+def test_no_prose_paragraph_is_shared_between_lessons() -> None:
+    seen: dict[str, set[str]] = defaultdict(set)
+    for path in SOURCES:
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type != "markdown":
+                continue
+            for paragraph in re.split(r"\n\s*\n", cell.source):
+                text = " ".join(paragraph.split())
+                if len(text) >= 80 and not text.startswith("*Module"):
+                    seen[text].add(path.name)
+    shared = {text[:70]: sorted(names) for text, names in seen.items() if len(names) > 1}
+    assert not shared, f"paragraphs copied between lessons: {shared}"
