@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import pkgutil
 import shutil
 import subprocess
 import sys
@@ -21,9 +22,6 @@ import yaml
 import trainsys.grading as grading
 from trainsys.course import BIN, REPO, assignments, make_course_copy, run_nbgrader, solved_answers, submit
 
-MUTANT_MODULES = ["tests.mutants.m1p1_mlp"]
-
-
 def _lessons() -> list[Path]:
     return sorted(REPO.glob("solutions/*/*.ipynb"))
 
@@ -31,10 +29,12 @@ def _lessons() -> list[Path]:
 def bench_mutants() -> None:
     """How many realistic wrong implementations the hidden checks reject, and the check time."""
     sys.path.insert(0, str(REPO))
+    import tests.mutants as mutants_pkg
+
     rejected = total = 0
     start = time.perf_counter()
-    for module_name in MUTANT_MODULES:
-        module = importlib.import_module(module_name)
+    for info in pkgutil.iter_modules(mutants_pkg.__path__):
+        module = importlib.import_module(f"tests.mutants.{info.name}")
         for name, mutants in module.MUTANTS.items():
             check = getattr(grading, f"check_{name}")
             for _, mutant in mutants:

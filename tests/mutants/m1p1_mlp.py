@@ -8,6 +8,8 @@ import numpy as np
 
 from trainsys.memtrain import mlp as ref
 
+REFERENCE = "trainsys.memtrain.mlp"
+
 
 def validated(reference: Callable, wrong: Callable) -> Callable:
     """Validate like the reference (same errors on bad input), then compute ``wrong``."""

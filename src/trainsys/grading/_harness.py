@@ -187,14 +187,20 @@ def run_cases(
     cases: list[tuple[str, Callable[[], Args]]],
     compare: Callable[[str, Any, Any], None],
     invalid: list[tuple[str, tuple[type[BaseException], ...], str, Callable[[], Args]]] = (),
+    *,
+    mutable: tuple[int, ...] = (),
+    compare_with_inputs: bool = False,
 ) -> str:
     """Run a check: every valid case against the reference, then every invalid input.
 
     ``cases`` pairs a label with a factory that builds fresh ``(args, kwargs)`` (a factory, so the
     student and the reference each get their own copy and their own generator). ``compare(label,
     got, expected)`` raises :class:`CheckFailure` on a difference. Inputs are compared with a
-    snapshot after the student's call, so in-place mutation fails the case. ``invalid`` entries are
-    ``(label, accepted exception types, argument the message must name, factory)``.
+    snapshot after the student's call, so in-place mutation fails the case — except for the positional
+    arguments listed in ``mutable`` (0-based), which the contract says are updated in place. With
+    ``compare_with_inputs``, ``compare`` receives a fourth argument: the student's ``(args, kwargs)``
+    after the call (to check an in-place update). ``invalid`` entries are ``(label, accepted exception
+    types, argument the message must name, factory)``.
     """
     if not callable(fn):
         raise CheckFailure(f"{name}: expected a function, got {type(fn).__name__}")
@@ -204,10 +210,14 @@ def run_cases(
             before = copy.deepcopy((args, kwargs))
             got = call(fn, label, *args, **kwargs)
             for i, (old, new) in enumerate(zip(before[0], args)):
-                assert_unchanged(label, f"argument {i + 1}", old, new)
+                if i not in mutable:
+                    assert_unchanged(label, f"argument {i + 1}", old, new)
             ref_args, ref_kwargs = make()
             expected = reference(*ref_args, **ref_kwargs)
-            compare(label, got, expected)
+            if compare_with_inputs:
+                compare(label, got, expected, (args, kwargs))
+            else:
+                compare(label, got, expected)
         for label, errors, argument, make in invalid:
             args, kwargs = make()
             expect_raises(fn, label, errors, argument, *args, **kwargs)
