@@ -6,6 +6,12 @@ case otherwise.
 """
 
 from trainsys.grading._harness import CheckFailure
+from trainsys.grading.accumulation import (
+    check_accumulate_gradients,
+    check_grad_accumulation_step,
+    check_scale_accumulated_gradients,
+    check_split_into_micro_batches,
+)
 from trainsys.grading.mlp import (
     check_first_linear_backward,
     check_init_mlp_params,
@@ -21,6 +27,10 @@ from trainsys.grading.mlp import (
 
 __all__ = [
     "CheckFailure",
+    "check_accumulate_gradients",
+    "check_grad_accumulation_step",
+    "check_scale_accumulated_gradients",
+    "check_split_into_micro_batches",
     "check_first_linear_backward",
     "check_init_mlp_params",
     "check_linear_backward",
