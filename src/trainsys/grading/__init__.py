@@ -12,6 +12,12 @@ from trainsys.grading.accumulation import (
     check_scale_accumulated_gradients,
     check_split_into_micro_batches,
 )
+from trainsys.grading.checkpointing import (
+    check_estimate_checkpointing_memory_savings,
+    check_mlp_backward_checkpointed,
+    check_mlp_forward_checkpointed,
+    check_recompute_block_activations,
+)
 from trainsys.grading.mlp import (
     check_first_linear_backward,
     check_init_mlp_params,
@@ -28,6 +34,10 @@ from trainsys.grading.mlp import (
 __all__ = [
     "CheckFailure",
     "check_accumulate_gradients",
+    "check_estimate_checkpointing_memory_savings",
+    "check_mlp_backward_checkpointed",
+    "check_mlp_forward_checkpointed",
+    "check_recompute_block_activations",
     "check_grad_accumulation_step",
     "check_scale_accumulated_gradients",
     "check_split_into_micro_batches",

@@ -1,0 +1,183 @@
+"""Checks behind the hidden tests of Module 1, Part 3 (lessons 15–18: activation checkpointing).
+
+Depths from 1 to 9 layers, segment sizes from 1 to L (including sizes that do not divide L), widths
+that differ per layer so that an off-by-one boundary has the wrong shape or the wrong values.
+Recomputed activations must be bit-identical to the plain forward's.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from trainsys.grading._harness import (
+    Args,
+    CheckFailure,
+    assert_array,
+    assert_tuple,
+    run_cases,
+)
+from trainsys.memtrain import checkpointing as ref
+
+__all__ = [
+    "check_mlp_forward_checkpointed",
+    "check_recompute_block_activations",
+    "check_mlp_backward_checkpointed",
+    "check_estimate_checkpointing_memory_savings",
+]
+
+BAD = (TypeError, ValueError)
+
+
+def _net(widths: list[int], n: int, seed: int) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    params = ref.init_deep_mlp_params(widths, rng)
+    for layer in params:  # non-zero biases: a forgotten bias changes the values
+        layer["b"] = rng.standard_normal(layer["b"].shape).astype(np.float32) * 0.1
+    return params, rng.standard_normal((n, widths[0])).astype(np.float32)
+
+
+def _fixed(*args: Any) -> Callable[[], Args]:
+    return lambda: (copy.deepcopy(args), {})
+
+
+NETS = [  # (widths, batch, segment sizes to try)
+    ([3, 5, 4, 6, 2], 4, [1, 2, 3, 4]),
+    ([4, 8, 8, 8, 8, 8, 8, 8, 8, 3], 6, [3, 4, 9]),
+    ([2, 3], 1, [1]),
+    ([5, 7, 6, 1], 3, [2]),
+]
+
+
+def _array_list(label: str, what: str, got: Any, expected: list[np.ndarray]) -> None:
+    if not isinstance(got, list) or len(got) != len(expected):
+        kind = f"a list of {len(got)}" if isinstance(got, list) else type(got).__name__
+        raise CheckFailure(f"[{label}] {what} must be a list of {len(expected)} arrays, got {kind}")
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert_array(label, f"{what}[{i}]", g, e, exact=True)
+
+
+# --- Lesson 15 -------------------------------------------------------------------------------------
+def check_mlp_forward_checkpointed(fn: Callable[..., Any]) -> str:
+    """Output bit-identical to the plain forward; boundaries a_0, a_s, a_2s, … and nothing else."""
+    cases = []
+    for i, (widths, n, sizes) in enumerate(NETS):
+        for s in sizes:
+            cases.append((f"L={len(widths) - 1}, widths={widths}, batch={n}, segment_size={s}", _fixed(*_net(widths, n, i), s)))
+
+    def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
+        Y_hat, cache = assert_tuple(label, "the result (Y_hat, ckpt_cache)", got, 2)
+        assert_array(label, "Y_hat", Y_hat, expected[0], exact=True)
+        if not isinstance(cache, dict) or set(cache) != {"segment_size", "boundaries"}:
+            raise CheckFailure(f"[{label}] ckpt_cache must be a dict with keys 'segment_size' and 'boundaries'")
+        if cache["segment_size"] != expected[1]["segment_size"]:
+            raise CheckFailure(f"[{label}] ckpt_cache['segment_size'] is {cache['segment_size']!r}")
+        _array_list(label, "ckpt_cache['boundaries']", cache["boundaries"], expected[1]["boundaries"])
+        if not np.shares_memory(cache["boundaries"][0], inputs[0][1]):
+            raise CheckFailure(f"[{label}] boundaries[0] must be X itself, not a copy (X already exists)")
+
+    params, X = _net([3, 4, 4, 2], 2, 9)
+    invalid = [
+        ("segment_size = 0", BAD, "segment_size", _fixed(params, X, 0)),
+        ("segment_size = 4 > L = 3", BAD, "segment_size", _fixed(params, X, 4)),
+        ("X with 5 features", BAD, "X", _fixed(params, np.ones((2, 5), np.float32), 1)),
+    ]
+    return run_cases("mlp_forward_checkpointed", fn, ref.mlp_forward_checkpointed, cases, compare, invalid,
+                     compare_with_inputs=True)
+
+
+# --- Lesson 16 -------------------------------------------------------------------------------------
+def check_recompute_block_activations(fn: Callable[..., Any]) -> str:
+    """``[a_start, …, a_{stop−1}]`` bit-identical to the plain forward, ``x_in`` first and not copied."""
+    cases = []
+    for i, (widths, n, _) in enumerate(NETS):
+        params, X = _net(widths, n, 20 + i)
+        _, plain = ref.deep_mlp_forward(params, X)
+        L = len(params)
+        for start, stop in sorted({(0, L), (0, 1), (L - 1, L), (max(L - 3, 0), L - 1 if L > 1 else 1), (1 % L, L)}):
+            if start < stop:
+                cases.append((f"widths={widths}, start={start}, stop={stop}",
+                              _fixed(params, plain["a"][start], start, stop)))
+
+    def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
+        if not isinstance(got, dict) or set(got) != {"a"}:
+            raise CheckFailure(f"[{label}] must return a dict with the single key 'a'")
+        _array_list(label, "result['a']", got["a"], expected["a"])
+        if not np.shares_memory(got["a"][0], inputs[0][1]):
+            raise CheckFailure(f"[{label}] result['a'][0] must be x_in itself (the boundary), not a copy")
+
+    params, X = _net([3, 4, 4, 2], 2, 9)
+    invalid = [
+        ("start = stop = 1", BAD, "stop", _fixed(params, np.ones((2, 4), np.float32), 1, 1)),
+        ("stop = 4 > L = 3", BAD, "stop", _fixed(params, X, 0, 4)),
+        ("x_in with the wrong width for layer 1", BAD, "x_in", _fixed(params, X, 1, 3)),
+    ]
+    return run_cases("recompute_block_activations", fn, ref.recompute_block_activations, cases, compare, invalid,
+                     compare_with_inputs=True)
+
+
+# --- Lesson 17 -------------------------------------------------------------------------------------
+def check_mlp_backward_checkpointed(fn: Callable[..., Any]) -> str:
+    """Gradients of every layer equal the plain backward's; ``L − ⌈L/s⌉`` layers recomputed."""
+    cases = []
+    for i, (widths, n, sizes) in enumerate(NETS):
+        params, X = _net(widths, n, 40 + i)
+        dY = np.random.default_rng(50 + i).standard_normal((n, widths[-1])).astype(np.float32)
+        for s in sizes:
+            _, ckpt = ref.mlp_forward_checkpointed(params, X, s)
+            cases.append((f"widths={widths}, segment_size={s}", _fixed(params, ckpt, dY)))
+
+    def compare(label: str, got: Any, expected: tuple) -> None:
+        grads, count = assert_tuple(label, "the result (grads, recomputed_layers)", got, 2)
+        if not isinstance(grads, list) or len(grads) != len(expected[0]):
+            raise CheckFailure(f"[{label}] grads must be a list of {len(expected[0])} layer dicts")
+        for l, (g, e) in enumerate(zip(grads, expected[0])):
+            if not isinstance(g, dict) or set(g) != {"W", "b"}:
+                raise CheckFailure(f"[{label}] grads[{l}] must be a dict with keys 'W' and 'b'")
+            assert_array(label, f"grads[{l}]['W']", g["W"], e["W"])
+            assert_array(label, f"grads[{l}]['b']", g["b"], e["b"])
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count != expected[1]:
+            raise CheckFailure(f"[{label}] recomputed_layers is {count!r}, expected {expected[1]} (each segment "
+                               "rebuilds its activations once; its last layer's output is the next boundary)")
+
+    params, X = _net([3, 4, 4, 2], 2, 9)
+    _, ckpt = ref.mlp_forward_checkpointed(params, X, 2)
+    invalid = [
+        ("dY_hat with 3 output columns for 2", BAD, "dY_hat", _fixed(params, ckpt, np.ones((2, 3), np.float32))),
+        ("a boundary missing from the cache", BAD, "boundaries",
+         _fixed(params, {"segment_size": 2, "boundaries": ckpt["boundaries"][:1]}, np.ones((2, 2), np.float32))),
+    ]
+    return run_cases("mlp_backward_checkpointed", fn, ref.mlp_backward_checkpointed, cases, compare, invalid)
+
+
+# --- Lesson 18 -------------------------------------------------------------------------------------
+def check_estimate_checkpointing_memory_savings(fn: Callable[..., Any]) -> str:
+    """Every entry of the estimate, on uniform and uneven widths, several depths and segment sizes."""
+    configs = [([32] + [128] * 15 + [4], 1024, 4), ([32] + [128] * 15 + [4], 1024, 3), ([8, 64, 64, 1], 256, 1),
+               ([16] + [64] * 24 + [2], 512, 5), ([10, 200, 50, 300, 20, 5], 64, 2), ([4, 4], 1, 1)]
+    cases = [(f"widths of {len(w) - 1} layers, batch={n}, segment_size={s}", _fixed(w, n, s, 4))
+             for w, n, s in configs]
+    cases.append(("float16 bytes (bytes_per_elem=2)", _fixed([16] + [96] * 9 + [3], 300, 3, 2)))
+
+    def compare(label: str, got: Any, expected: dict) -> None:
+        if not isinstance(got, dict) or set(got) != set(expected):
+            raise CheckFailure(f"[{label}] must return a dict with keys {sorted(expected)}")
+        for key, value in expected.items():
+            g = got[key]
+            ok = isinstance(g, (int, float, np.integer, np.floating)) and not isinstance(g, bool) and \
+                math.isclose(float(g), float(value), rel_tol=1e-9, abs_tol=1e-12)
+            if not ok:
+                raise CheckFailure(f"[{label}] {key} is {g!r}, expected {value!r}")
+
+    invalid = [
+        ("segment_size = 0", BAD, "segment_size", _fixed([4, 8, 2], 16, 0, 4)),
+        ("segment_size = 3 > L = 2", BAD, "segment_size", _fixed([4, 8, 2], 16, 3, 4)),
+        ("batch = 0", BAD, "batch", _fixed([4, 8, 2], 0, 1, 4)),
+        ("a single width", BAD, "layer_widths", _fixed([4], 16, 1, 4)),
+    ]
+    return run_cases("estimate_checkpointing_memory_savings", fn, ref.estimate_checkpointing_memory_savings,
+                     cases, compare, invalid)

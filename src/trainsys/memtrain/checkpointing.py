@@ -1,0 +1,310 @@
+r"""Module 1, Part 3 — activation checkpointing: trade recomputation for activation memory.
+
+The network is a stack of ``L`` affine layers with a ReLU after every layer but the last:
+
+.. math::
+
+    a_0 = X,\qquad z_l = a_l W_l + b_l,\qquad a_{l+1} = \mathrm{ReLU}(z_l)\ (l < L-1),\qquad \hat Y = z_{L-1},
+
+``params`` a list of ``L`` dicts ``{"W": (w_l, w_{l+1}), "b": (w_{l+1},)}``. The backward pass of
+layer ``l`` needs its input ``a_l`` and the ReLU mask of its output, and since
+:math:`\mathbb 1[z_l > 0] = \mathbb 1[a_{l+1} > 0]` exactly, **each layer keeps only its input**: the
+plain cache is ``[a_0, …, a_{L-1}]``.
+
+Checkpointing with segments of ``s`` layers keeps only the segment boundaries ``a_0, a_s, a_{2s}, …``
+and, during the backward pass, rebuilds one segment at a time from its boundary (Chen et al. 2016).
+Stored activations fall from ``L`` to about ``L/s + s``, smallest at ``s ≈ √L``, for
+``L − ⌈L/s⌉`` recomputed layer forwards — less than one extra forward pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from trainsys._validation import (
+    require_axis_match,
+    require_float_array,
+    require_generator,
+    require_int,
+)
+from trainsys.memtrain.mlp import first_linear_backward, linear_backward, linear_forward, relu_backward, relu_forward
+
+Layer = dict[str, np.ndarray]
+
+
+def init_deep_mlp_params(layer_widths: Sequence[int], rng: np.random.Generator) -> list[Layer]:
+    """``L = len(layer_widths) − 1`` float32 layers: He init (``√(2/w_in)``) before a ReLU, ``√(1/w_in)`` for the last."""
+    widths = validate_layer_widths(layer_widths)
+    rng = require_generator("rng", rng)
+    params = []
+    for l, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:])):
+        gain = 2.0 if l < len(widths) - 2 else 1.0
+        W = rng.standard_normal((w_in, w_out)) * np.sqrt(gain / w_in)  # (w_in, w_out)
+        params.append({"W": W.astype(np.float32), "b": np.zeros(w_out, np.float32)})
+    return params
+
+
+def validate_layer_widths(layer_widths: object) -> list[int]:
+    """Require a sequence of at least two positive integer widths ``[d_in, w_1, …, d_out]``."""
+    if isinstance(layer_widths, (str, bytes)) or not isinstance(layer_widths, Sequence):
+        raise TypeError(f"layer_widths must be a list of integers, got {type(layer_widths).__name__}")
+    if len(layer_widths) < 2:
+        raise ValueError(f"layer_widths must hold at least 2 widths (input and output), got {list(layer_widths)}")
+    return [require_int(f"layer_widths[{i}]", w, minimum=1) for i, w in enumerate(layer_widths)]
+
+
+def validate_deep_params(params: object, X: np.ndarray | None = None) -> list[Layer]:
+    """Check a list of layer dicts whose shapes chain (and match ``X``'s features, if given)."""
+    if not isinstance(params, Sequence) or isinstance(params, Mapping) or len(params) == 0:
+        raise TypeError(f"params must be a non-empty list of layer dicts {{'W', 'b'}}, got {type(params).__name__}")
+    for l, layer in enumerate(params):
+        if not isinstance(layer, Mapping) or set(layer) != {"W", "b"}:
+            raise ValueError(f"params[{l}] must be a dict with exactly the keys 'W' and 'b'")
+        W = require_float_array(f"params[{l}]['W']", layer["W"], ndim=2)
+        b = require_float_array(f"params[{l}]['b']", layer["b"], ndim=1)
+        require_axis_match(f"params[{l}]['W']", W, 1, f"params[{l}]['b']", b, 0, "output-feature")
+        if l > 0:
+            require_axis_match(f"params[{l - 1}]['W']", params[l - 1]["W"], 1, f"params[{l}]['W']", W, 0, "width")
+    if X is not None:
+        require_axis_match("X", X, 1, "params[0]['W']", params[0]["W"], 0, "input-feature")
+    return list(params)
+
+
+def _layer_forward(params: list[Layer], l: int, a: np.ndarray) -> np.ndarray:
+    """Output of layer ``l`` on its input ``a``: ReLU(a W + b), or the linear output for the last layer."""
+    z = linear_forward(a, params[l]["W"], params[l]["b"])  # (batch, w_{l+1})
+    return relu_forward(z) if l < len(params) - 1 else z
+
+
+def deep_mlp_forward(params: list[Layer], X: np.ndarray) -> tuple[np.ndarray, dict[str, list[np.ndarray]]]:
+    """Plain forward pass: ``(Y_hat, {"a": [a_0, …, a_{L-1}]})`` — every layer's input is kept."""
+    X = require_float_array("X", X, ndim=2)
+    params = validate_deep_params(params, X)
+    a = [X]
+    for l in range(len(params) - 1):
+        a.append(_layer_forward(params, l, a[-1]))  # a_{l+1}: (batch, w_{l+1})
+    return _layer_forward(params, len(params) - 1, a[-1]), {"a": a}
+
+
+def _segment_backward(
+    params: list[Layer], a: list[np.ndarray], start: int, g: np.ndarray, grads: list[Layer | None]
+) -> np.ndarray | None:
+    """Back through layers ``start + len(a) − 1 … start`` given ``g = ∂L/∂(output of the top layer)``.
+
+    ``a[i]`` is the input of layer ``start + i``. For a hidden top layer the caller has already applied
+    its ReLU mask to ``g``. Fills ``grads`` and returns ``∂L/∂a[0]`` (``None`` below layer 0).
+    """
+    for i in range(len(a) - 1, -1, -1):
+        l = start + i
+        if l == 0:
+            grads[0] = dict(zip(("W", "b"), first_linear_backward(g, a[0])))
+            return None
+        dA, dW, db = linear_backward(g, a[i], params[l]["W"])  # dA: (batch, w_l) = ∂L/∂a_l
+        grads[l] = {"W": dW, "b": db}
+        g = relu_backward(dA, a[i])  # mask 1[z_{l-1} > 0] = 1[a_l > 0]
+        del dA
+    return g
+
+
+def _validate_dY(params: list[Layer], dY_hat: object, X: np.ndarray) -> np.ndarray:
+    dY_hat = require_float_array("dY_hat", dY_hat, ndim=2)
+    require_axis_match("dY_hat", dY_hat, 1, f"params[{len(params) - 1}]['W']", params[-1]["W"], 1, "output")
+    require_axis_match("dY_hat", dY_hat, 0, "the cached input", X, 0, "batch")
+    return dY_hat
+
+
+def deep_mlp_backward(params: list[Layer], cache: Mapping[str, list[np.ndarray]], dY_hat: np.ndarray) -> list[Layer]:
+    """Gradients ``[{"W", "b"}, …]`` of every layer from the plain cache of :func:`deep_mlp_forward`."""
+    params = validate_deep_params(params)
+    dY_hat = _validate_dY(params, dY_hat, cache["a"][0])
+    grads: list[Layer | None] = [None] * len(params)
+    _segment_backward(params, list(cache["a"]), 0, dY_hat, grads)
+    return grads  # type: ignore[return-value]
+
+
+# --- Lesson 15 -------------------------------------------------------------------------------------
+def mlp_forward_checkpointed(
+    params: list[Layer], X: np.ndarray, segment_size: int
+) -> tuple[np.ndarray, dict[str, object]]:
+    """Forward pass keeping only segment boundaries.
+
+    Layers are grouped into consecutive segments of ``segment_size`` layers (the last may be shorter).
+    Returns ``(Y_hat, {"segment_size": s, "boundaries": [a_0, a_s, a_{2s}, …]})`` with one boundary per
+    segment: the input of its first layer (``a_0`` is ``X`` itself, not a copy). Every other activation
+    is freed as soon as the next layer has read it. ``Y_hat`` is bit-identical to :func:`deep_mlp_forward`.
+    Raises ``ValueError`` when ``segment_size < 1`` or ``> L``.
+    """
+    X = require_float_array("X", X, ndim=2)
+    params = validate_deep_params(params, X)
+    s = require_int("segment_size", segment_size, minimum=1, maximum=len(params))
+    boundaries = [X]
+    a = X
+    for l in range(len(params)):
+        a = _layer_forward(params, l, a)  # the previous activation is released here unless it is a boundary
+        if (l + 1) % s == 0 and l + 1 < len(params):
+            boundaries.append(a)
+    return a, {"segment_size": s, "boundaries": boundaries}
+
+
+# --- Lesson 16 -------------------------------------------------------------------------------------
+def recompute_block_activations(
+    params: list[Layer], x_in: np.ndarray, start: int, stop: int
+) -> dict[str, list[np.ndarray]]:
+    """Rebuild the cache of layers ``start … stop−1`` from their input ``x_in = a_start``.
+
+    Returns ``{"a": [a_start, …, a_{stop−1}]}`` — ``x_in`` itself first, then ``stop − start − 1``
+    recomputed activations, each bit-identical to the plain forward's (same operations, same order).
+    Layer ``stop − 1`` is not run: its output is the next boundary (or the network's output).
+    """
+    params = validate_deep_params(params)
+    x_in = require_float_array("x_in", x_in, ndim=2)
+    start = require_int("start", start, minimum=0, maximum=len(params) - 1)
+    stop = require_int("stop", stop, minimum=start + 1, maximum=len(params))
+    require_axis_match("x_in", x_in, 1, f"params[{start}]['W']", params[start]["W"], 0, "input-feature")
+    a = [x_in]
+    for l in range(start, stop - 1):
+        a.append(_layer_forward(params, l, a[-1]))
+    return {"a": a}
+
+
+# --- Lesson 17 -------------------------------------------------------------------------------------
+def mlp_backward_checkpointed(
+    params: list[Layer], ckpt_cache: Mapping[str, object], dY_hat: np.ndarray
+) -> tuple[list[Layer], int]:
+    """Backward pass from boundaries only: rebuild each segment (last first), back-propagate, drop it.
+
+    Returns ``(grads, recomputed_layers)``: the same gradients as :func:`deep_mlp_backward` (bit for bit)
+    and the number of layer forwards recomputed, ``L − ⌈L/s⌉``. At any moment one segment's
+    activations are alive beside the boundaries.
+    """
+    params = validate_deep_params(params)
+    boundaries = list(ckpt_cache["boundaries"])  # type: ignore[call-overload]
+    dY_hat = _validate_dY(params, dY_hat, boundaries[0])
+    s = require_int("ckpt_cache['segment_size']", ckpt_cache["segment_size"], minimum=1, maximum=len(params))
+    L = len(params)
+    if len(boundaries) != math.ceil(L / s):
+        raise ValueError(f"ckpt_cache['boundaries'] must hold ceil(L / s) = {math.ceil(L / s)} arrays, "
+                         f"got {len(boundaries)}")
+    grads: list[Layer | None] = [None] * L
+    recomputed = 0
+    g = dY_hat
+    for k in range(len(boundaries) - 1, -1, -1):
+        start, stop = k * s, min((k + 1) * s, L)
+        segment = recompute_block_activations(params, boundaries[k], start, stop)
+        recomputed += stop - start - 1
+        g = _segment_backward(params, segment["a"], start, g, grads)
+        del segment  # free this segment before rebuilding the next
+    return grads, recomputed  # type: ignore[return-value]
+
+
+def checkpointed_forward_backward(
+    params: list[Layer], X: np.ndarray, Y: np.ndarray, segment_size: int | None
+) -> list[Layer]:
+    """Forward, MSE gradient and backward in one call (``segment_size=None``: no checkpointing).
+
+    The function whose ``tracemalloc`` peak :func:`estimate_checkpointing_memory_savings` predicts.
+    """
+    if segment_size is None:
+        Y_hat, cache = deep_mlp_forward(params, X)
+        dY = (Y_hat - Y) * (2.0 / Y.size)
+        del Y_hat
+        return deep_mlp_backward(params, cache, dY)
+    Y_hat, ckpt = mlp_forward_checkpointed(params, X, segment_size)
+    dY = (Y_hat - Y) * (2.0 / Y.size)
+    del Y_hat
+    return mlp_backward_checkpointed(params, ckpt, dY)[0]
+
+
+# --- Lesson 18 -------------------------------------------------------------------------------------
+def checkpointing_memory_timeline(
+    layer_widths: Sequence[int], batch: int, segment_size: int | None, bytes_per_elem: int = 4
+) -> list[tuple[str, int]]:
+    """Bytes alive at each busy moment of :func:`checkpointed_forward_backward` (``X``, ``Y``, params excluded).
+
+    A walk over the same schedule as the code, from shapes alone. Alive at a backward moment of layer
+    ``l``: the kept activations (all of them, or the boundaries), the current segment's rebuilt
+    activations, ``dY``, the gradient entering the segment, the gradient entering layer ``l``, the
+    working set of ``l`` (``dA``, the boolean mask plus NumPy's cast buffer, the masked gradient) and
+    the parameter gradients made so far. ``segment_size=None`` is the plain pass.
+    """
+    widths = validate_layer_widths(layer_widths)
+    n = require_int("batch", batch, minimum=1)
+    b = require_int("bytes_per_elem", bytes_per_elem, minimum=1)
+    L = len(widths) - 1
+    if segment_size is None:
+        bounds, plain = [(0, L)], True
+    else:
+        s = require_int("segment_size", segment_size, minimum=1, maximum=L)
+        bounds, plain = [(k * s, min((k + 1) * s, L)) for k in range(math.ceil(L / s))], False
+    act = [n * w * b for w in widths]  # a_l bytes; act[L] is the output
+    mask = [n * w + b * min(np.getbufsize(), n * w) for w in widths]  # bool mask and its cast buffer
+    param = [b * (widths[l] * widths[l + 1] + widths[l + 1]) for l in range(L)]
+    timeline: list[tuple[str, int]] = []
+
+    # Forward: the kept activations, plus the pre-activation and activation of the layer being run.
+    kept = 0
+    for l in range(L - 1):
+        timeline.append((f"forward layer {l}", kept + 2 * act[l + 1]))
+        if plain or (l + 1) % bounds[0][1] == 0:
+            kept += act[l + 1]
+    timeline.append(("forward output", kept + act[L]))
+    boundaries = kept if not plain else 0
+    stored = kept if plain else boundaries
+
+    grads, dY = 0, act[L]
+    g_segment = 0  # the gradient entering the current segment, when it is not dY itself
+    for start, stop in reversed(bounds):
+        rebuilt = 0
+        if not plain:
+            for l in range(start, stop - 1):  # recompute: z and a of layer l alive together
+                timeline.append((f"recompute layer {l}", stored + rebuilt + 2 * act[l + 1] + dY + g_segment + grads))
+                rebuilt += act[l + 1]
+        g_layer = 0  # the gradient entering layer l, when it differs from the segment's
+        for l in range(stop - 1, start - 1, -1):
+            grads += param[l]
+            base = stored + rebuilt + dY + g_segment + g_layer + grads
+            if l == 0:
+                timeline.append(("layer 0 weight gradient", base))
+                break
+            timeline.append((f"layer {l} ReLU backward", base + act[l] + mask[l] + act[l]))
+            g_layer = act[l]
+        g_segment, rebuilt = g_layer, 0
+    return timeline
+
+
+def estimate_checkpointing_memory_savings(
+    layer_widths: Sequence[int], batch: int, segment_size: int, bytes_per_elem: int = 4
+) -> dict[str, float]:
+    r"""Peak memory of a training pass with and without checkpointing, and what the saving costs.
+
+    Returns ``plain_peak_bytes`` and ``checkpointed_peak_bytes`` (the maxima of
+    :func:`checkpointing_memory_timeline`, which agree with ``tracemalloc`` within a few percent),
+    ``saved_bytes``, ``recomputed_layers`` (``L − ⌈L/s⌉``), ``extra_forward_flops``
+    (:math:`2\,n\,w_l\,w_{l+1}` summed over the recomputed layers), ``extra_compute_fraction`` (that
+    over the ``3×`` forward cost of a plain step) and ``optimal_segment_size``, the ``s`` with the
+    lowest checkpointed peak (≈ √L for equal widths).
+    """
+    widths = validate_layer_widths(layer_widths)
+    L = len(widths) - 1
+    s = require_int("segment_size", segment_size, minimum=1, maximum=L)
+    n = require_int("batch", batch, minimum=1)
+
+    def peak(seg: int | None) -> int:
+        return max(m for _, m in checkpointing_memory_timeline(widths, n, seg, bytes_per_elem))
+
+    recomputed = [l for k in range(math.ceil(L / s)) for l in range(k * s, min((k + 1) * s, L) - 1)]
+    flops = [2 * n * widths[l] * widths[l + 1] for l in range(L)]
+    extra = sum(flops[l] for l in recomputed)
+    plain, checkpointed = peak(None), peak(s)
+    return {
+        "plain_peak_bytes": plain,
+        "checkpointed_peak_bytes": checkpointed,
+        "saved_bytes": plain - checkpointed,
+        "recomputed_layers": len(recomputed),
+        "extra_forward_flops": extra,
+        "extra_compute_fraction": extra / (3 * sum(flops)),
+        "optimal_segment_size": min(range(1, L + 1), key=peak),
+    }
