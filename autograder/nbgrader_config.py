@@ -31,3 +31,27 @@ c.Execute.interrupt_on_timeout = True
 
 # Stubs shown to students.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+
+
+# Execute with short reply polls: a notebook that displays widgets must never sit idle for its whole
+# timeout because nbclient missed a reply (shared/TOOLING.md; trainsys.execution).
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties,
+    CheckCellMetadata,
+    IgnorePattern,
+    LimitOutput,
+    SaveAutoGrades,
+)
+
+from trainsys.execution import SlicedPollExecute  # noqa: E402
+
+c.Autograde.autograde_preprocessors = [
+    SlicedPollExecute,
+    IgnorePattern,
+    ClearMetadataPreprocessor,
+    LimitOutput,
+    SaveAutoGrades,
+    AssignLatePenalties,
+    CheckCellMetadata,
+]

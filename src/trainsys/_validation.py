@@ -108,3 +108,24 @@ def require_keys(name: str, value: object, keys: Sequence[str]) -> Mapping:
             f"{name} must have exactly the keys {sorted(keys)}; missing {missing}, unexpected {extra}"
         )
     return value
+
+
+def require_float_tree(name: str, tree: object) -> Mapping:
+    """Require a dict whose values are floating-point arrays (a parameter or gradient tree)."""
+    if not isinstance(tree, Mapping):
+        raise TypeError(f"{name} must be a dict of arrays, got {type(tree).__name__}")
+    for key, value in tree.items():
+        require_float_array(f"{name}[{key!r}]", value)
+    return tree
+
+
+def require_same_tree(name_a: str, a: object, name_b: str, b: object) -> None:
+    """Raise unless ``a`` and ``b`` are dicts of float arrays with the same keys and shapes."""
+    require_float_tree(name_a, a)
+    require_float_tree(name_b, b)
+    if set(a) != set(b):
+        raise ValueError(f"{name_a} and {name_b} must have the same keys, got {sorted(a)} and {sorted(b)}")
+    for key in a:
+        if a[key].shape != b[key].shape:
+            raise ValueError(f"{name_a}[{key!r}] and {name_b}[{key!r}] must have the same shape, "
+                             f"got {a[key].shape} and {b[key].shape}")

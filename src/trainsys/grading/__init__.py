@@ -18,6 +18,14 @@ from trainsys.grading.checkpointing import (
     check_mlp_forward_checkpointed,
     check_recompute_block_activations,
 )
+from trainsys.grading.mixed_precision import (
+    check_cast_to_half_precision,
+    check_has_non_finite_gradients,
+    check_make_master_params,
+    check_mixed_precision_step,
+    check_scale_loss,
+    check_unscale_gradients,
+)
 from trainsys.grading.mlp import (
     check_first_linear_backward,
     check_init_mlp_params,
@@ -34,6 +42,12 @@ from trainsys.grading.mlp import (
 __all__ = [
     "CheckFailure",
     "check_accumulate_gradients",
+    "check_cast_to_half_precision",
+    "check_has_non_finite_gradients",
+    "check_make_master_params",
+    "check_mixed_precision_step",
+    "check_scale_loss",
+    "check_unscale_gradients",
     "check_estimate_checkpointing_memory_savings",
     "check_mlp_backward_checkpointed",
     "check_mlp_forward_checkpointed",
