@@ -278,3 +278,23 @@ def test_m1_24_bad_inputs_name_the_argument() -> None:
         mp.init_loss_scaler(growth_interval=2.5)
     with pytest.raises(TypeError, match="found_inf"):
         mp.update_loss_scale(scaler, 1)
+
+
+def test_m1_24_float16_halves_activation_bytes_as_the_accounting_says() -> None:
+    from trainsys.memtrain import mlp
+    from trainsys.memtrain.mixed_precision import cast_to_half_precision, training_memory_by_precision
+
+    X, _ = mlp.make_synthetic_regression_batch(64, 12, 3, np.random.default_rng(0))
+    params = mlp.init_mlp_params(12, 20, 3, np.random.default_rng(1))
+    half, _ = cast_to_half_precision(params)
+    _, cache32 = mlp.mlp_forward(params, X)
+    _, cache16 = mlp.mlp_forward(half, X.astype(np.float16))
+    bytes32 = sum(a.nbytes for a in cache32.values())
+    bytes16 = sum(a.nbytes for a in cache16.values())
+    assert bytes16 * 2 == bytes32
+    fp32 = training_memory_by_precision(12, 20, 3, 64, "float32")
+    mixed = training_memory_by_precision(12, 20, 3, 64, "mixed")
+    assert fp32["activations (float32)"] == bytes32 and mixed["activations (float16)"] == bytes16
+    assert mixed["master weights (float32)"] == sum(v.nbytes for v in params.values())
+    with pytest.raises(ValueError, match="precision"):
+        training_memory_by_precision(12, 20, 3, 64, "bfloat16")

@@ -249,3 +249,31 @@ def mixed_precision_step(
         new_master = sgd_step(master, grads, lr)
     info = {"loss": loss, "skipped": skipped, "scale_used": scale}
     return new_master, update_loss_scale(scaler, skipped), info
+
+
+def training_memory_by_precision(
+    d_in: int, d_hidden: int, d_out: int, batch: int, precision: str
+) -> dict[str, int]:
+    r"""Bytes per tensor class of one training step of the two-layer MLP, by precision.
+
+    With :math:`\Psi = d_{in}h + h + h\,d_{out} + d_{out}` parameters and activations
+    :math:`n(d_{in} + 2h)` elements (the input and the cache ``Z1, A1`` of :func:`mlp_forward`):
+
+    - ``"float32"``: parameters :math:`4\Psi`, gradients :math:`4\Psi`, activations :math:`4n(d_{in}+2h)`;
+    - ``"mixed"`` (this module's step): float32 master :math:`4\Psi`, its float16 copy :math:`2\Psi`,
+      float16 gradients :math:`2\Psi` and their float32 unscaled copy :math:`4\Psi`, float16
+      activations :math:`2n(d_{in}+2h)` — half the float32 activations, for :math:`4\Psi` more
+      parameter-shaped bytes.
+    """
+    sizes = {name: require_int(name, value, minimum=1)
+             for name, value in (("d_in", d_in), ("d_hidden", d_hidden), ("d_out", d_out), ("batch", batch))}
+    h = sizes["d_hidden"]
+    psi = sizes["d_in"] * h + h + h * sizes["d_out"] + sizes["d_out"]
+    acts = sizes["batch"] * (sizes["d_in"] + 2 * h)
+    if precision == "float32":
+        return {"parameters (float32)": 4 * psi, "gradients (float32)": 4 * psi, "activations (float32)": 4 * acts}
+    if precision == "mixed":
+        return {"master weights (float32)": 4 * psi, "weights (float16 copy)": 2 * psi,
+                "gradients (float16)": 2 * psi, "unscaled gradients (float32)": 4 * psi,
+                "activations (float16)": 2 * acts}
+    raise ValueError(f"precision must be 'float32' or 'mixed', got {precision!r}")

@@ -1,0 +1,125 @@
+"""Interactive figures for the lessons' checkpoints: move a slider, watch the memory bill change.
+
+Every explorer computes with the package's own estimates (never a second copy of a formula) and is
+built the same way (:func:`explorer`): controls above an ``Output`` that holds a matplotlib figure.
+The figure for the initial values is drawn when the explorer is built, so a notebook executed with no
+front end (nbval, nbgrader, the book build) still shows a static figure; in JupyterLab every change
+redraws it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import numpy as np
+from IPython.display import display
+from matplotlib.figure import Figure
+
+from trainsys.memtrain.accumulation import accumulation_memory_timeline, estimate_accumulation_peak_bytes
+from trainsys.memtrain.checkpointing import checkpointing_memory_timeline, estimate_checkpointing_memory_savings
+from trainsys.memtrain.mixed_precision import training_memory_by_precision
+
+MiB = 2**20
+
+__all__ = ["explorer", "accumulation_explorer", "checkpointing_explorer", "precision_explorer"]
+
+
+def explorer(controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., Figure]) -> widgets.VBox:
+    """Controls above a figure; ``draw(**values)`` returns the figure for the current values."""
+    output = widgets.Output()
+
+    def redraw(_change: object = None) -> None:
+        fig = draw(**{name: control.value for name, control in controls.items()})
+        output.clear_output(wait=True)
+        with output:
+            display(fig)
+        plt.close(fig)
+
+    for control in controls.values():
+        control.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([widgets.HBox(list(controls.values())), output])
+
+
+def _slider(description: str, options: Sequence[int], value: int) -> widgets.SelectionSlider:
+    return widgets.SelectionSlider(options=list(options), value=value, description=description,
+                                   continuous_update=False, style={"description_width": "initial"},
+                                   layout=widgets.Layout(width="420px"))
+
+
+def accumulation_explorer(n: int = 4096, d_in: int = 784, d_hidden: int = 512, d_out: int = 10) -> widgets.VBox:
+    """Micro-batch count → peak memory of a gradient-accumulation step (Part 2's estimate)."""
+    counts = [m for m in (1, 2, 4, 8, 16, 32, 64, 128) if m <= n]
+
+    def draw(num_micro_batches: int) -> Figure:
+        peaks = [estimate_accumulation_peak_bytes(n, d_in, d_hidden, d_out, m) / MiB for m in counts]
+        timeline = accumulation_memory_timeline(n, d_in, d_hidden, d_out, num_micro_batches)
+        fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+        left.loglog(counts, peaks, "o-", color="tab:blue", base=2)
+        left.loglog(counts, [peaks[0] / m for m in counts], ":", color="gray", base=2, label="full batch / M")
+        left.plot([num_micro_batches], [peaks[counts.index(num_micro_batches)]], "o", ms=11, mfc="none", color="tab:red")
+        left.set_xlabel("micro-batches M"); left.set_ylabel("peak MiB"); left.legend(fontsize=8)
+        left.set_title(f"n={n}, {d_in}→{d_hidden}→{d_out}, float32")
+        labels, values = zip(*timeline)
+        right.barh(range(len(values)), [v / MiB for v in values], color="tab:blue")
+        right.set_yticks(range(len(values)), labels, fontsize=7); right.invert_yaxis()
+        right.set_xlabel("MiB alive"); right.set_title(f"the step's busiest moments, M={num_micro_batches}")
+        fig.tight_layout()
+        return fig
+
+    return explorer({"num_micro_batches": _slider("micro-batches M", counts, counts[min(2, len(counts) - 1)])}, draw)
+
+
+def checkpointing_explorer(layer_widths: Sequence[int] | None = None, batch: int = 1024) -> widgets.VBox:
+    """Segment size → peak memory and recomputation of a checkpointed pass (Part 3's estimate)."""
+    widths = list(layer_widths) if layer_widths is not None else [64] + [256] * 15 + [8]
+    L = len(widths) - 1
+    sizes = list(range(1, L + 1))
+
+    def draw(segment_size: int) -> Figure:
+        estimates = [estimate_checkpointing_memory_savings(widths, batch, s) for s in sizes]
+        peaks = [e["checkpointed_peak_bytes"] / MiB for e in estimates]
+        extra = [100 * e["extra_compute_fraction"] for e in estimates]
+        chosen = estimates[segment_size - 1]
+        fig, ax = plt.subplots(figsize=(7.5, 3.4))
+        ax.plot(sizes, peaks, "o-", color="tab:blue", label="peak memory (MiB)")
+        ax.axhline(chosen["plain_peak_bytes"] / MiB, ls=":", color="gray", label="no checkpointing")
+        ax.plot([segment_size], [peaks[segment_size - 1]], "o", ms=12, mfc="none", color="tab:red")
+        ax.set_xlabel("segment size s (layers)"); ax.set_ylabel("MiB")
+        twin = ax.twinx()
+        twin.plot(sizes, extra, "s--", ms=3, color="tab:orange", label="extra compute (%)")
+        twin.set_ylabel("extra compute, % of a step", color="tab:orange")
+        ax.set_title(f"L={L}, batch={batch}: s={segment_size} keeps {peaks[segment_size - 1]:.1f} MiB, "
+                     f"recomputes {chosen['recomputed_layers']} layers (+{extra[segment_size - 1]:.0f}%)", fontsize=9)
+        ax.legend(loc="upper center", fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    best = estimate_checkpointing_memory_savings(widths, batch, 1)["optimal_segment_size"]
+    return explorer({"segment_size": _slider("segment size s", sizes, best)}, draw)
+
+
+def precision_explorer(d_in: int = 784, d_hidden: int = 1024, d_out: int = 10, batch: int = 512) -> widgets.VBox:
+    """Precision → bytes per tensor class of the two-layer MLP's training step (Part 4)."""
+    precisions = ["float32", "float16 mixed (float32 master)"]
+
+    def draw(precision: str) -> Figure:
+        fig, ax = plt.subplots(figsize=(7.5, 3.2))
+        for row, name in enumerate(precisions):
+            parts = training_memory_by_precision(d_in, d_hidden, d_out, batch, "float32" if row == 0 else "mixed")
+            left = 0.0
+            for color, (label, nbytes) in zip(plt.cm.tab10.colors, parts.items()):
+                ax.barh(row, nbytes / MiB, left=left, color=color, edgecolor="black" if name == precision else "none",
+                        label=label if row == 0 else None)
+                left += nbytes / MiB
+            ax.text(left, row, f" {left:.2f} MiB", va="center", fontsize=8)
+        ax.set_yticks(range(len(precisions)), precisions); ax.set_xlabel("MiB")
+        ax.set_title(f"{d_in}→{d_hidden}→{d_out} MLP, batch {batch}: bytes per tensor class", fontsize=9)
+        ax.legend(fontsize=7, ncol=3, loc="lower right")
+        fig.tight_layout()
+        return fig
+
+    return explorer({"precision": widgets.ToggleButtons(options=precisions, value=precisions[1],
+                                                         description="precision")}, draw)
