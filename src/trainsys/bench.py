@@ -88,7 +88,91 @@ def bench_book() -> None:
     print(f"book build (fresh execution of {len(_lessons())} lessons): {elapsed:.1f} s")
 
 
+def bench_accumulation() -> None:
+    """Gradient accumulation: estimated vs tracemalloc peak per micro-batch count."""
+    import numpy as np
+
+    from trainsys.memtrain import accumulation, mlp
+    from trainsys.memtrain.measure import peak_memory_bytes
+
+    n, d_in, h, o = 4096, 32, 256, 2
+    X, Y = mlp.make_synthetic_regression_batch(n, d_in, o, np.random.default_rng(0))
+    params = mlp.init_mlp_params(d_in, h, o, np.random.default_rng(1))
+    print(f"accumulation, n={n}, {d_in}->{h}->{o}, float32")
+    full = None
+    for M in (1, 2, 4, 8, 16, 32):
+        _, measured = peak_memory_bytes(accumulation.grad_accumulation_step, params, X, Y, M, 0.01)
+        estimate = accumulation.estimate_accumulation_peak_bytes(n, d_in, h, o, M)
+        full = full or measured
+        print(f"  M={M:3d}: measured {measured / 2**20:7.2f} MiB, estimate {estimate / 2**20:7.2f} MiB, "
+              f"error {100 * (estimate - measured) / measured:+5.1f}%, measured/full = {measured / full:.3f} (1/M = {1 / M:.3f})")
+
+
+def bench_checkpointing() -> None:
+    """Checkpointing: estimated vs tracemalloc peak per segment size, and the recompute overhead in time."""
+    import math
+
+    import numpy as np
+
+    from trainsys.memtrain import checkpointing as ck
+    from trainsys.memtrain.measure import peak_memory_bytes
+
+    L, w, n = 16, 256, 1024
+    widths = [64] + [w] * (L - 1) + [8]
+    params = ck.init_deep_mlp_params(widths, np.random.default_rng(0))
+    X = np.random.default_rng(1).standard_normal((n, 64)).astype(np.float32)
+    Y = np.zeros((n, 8), np.float32)
+
+    def seconds(s: int | None) -> float:
+        ck.checkpointed_forward_backward(params, X, Y, s)  # warm-up
+        best = math.inf
+        for _ in range(10):
+            start = time.perf_counter()
+            ck.checkpointed_forward_backward(params, X, Y, s)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    plain_time = seconds(None)
+    _, plain = peak_memory_bytes(ck.checkpointed_forward_backward, params, X, Y, None)
+    print(f"checkpointing, L={L}, width {w}, batch {n}: plain peak {plain / 2**20:.1f} MiB, {plain_time * 1e3:.0f} ms")
+    for s in (1, 2, 3, 4, 6, 8, 16):
+        est = ck.estimate_checkpointing_memory_savings(widths, n, s)
+        _, measured = peak_memory_bytes(ck.checkpointed_forward_backward, params, X, Y, s)
+        ratio = seconds(s) / plain_time
+        print(f"  s={s:2d}: measured {measured / 2**20:6.1f} MiB, estimate {est['checkpointed_peak_bytes'] / 2**20:6.1f} MiB, "
+              f"error {100 * (est['checkpointed_peak_bytes'] - measured) / measured:+5.2f}%, "
+              f"recomputed {est['recomputed_layers']:2d} layers, FLOP overhead {100 * est['extra_compute_fraction']:4.1f}%, "
+              f"time overhead ratio {ratio:.2f}")
+    print(f"  optimal segment size: {est['optimal_segment_size']} (sqrt(L) = {math.sqrt(L):.1f})")
+
+
+def bench_mixed_precision() -> None:
+    """Mixed precision: final-loss gap between float16 with dynamic loss scaling and float32."""
+    import numpy as np
+
+    from trainsys.memtrain import mixed_precision as mp
+    from trainsys.memtrain import mlp
+
+    X, Y = mlp.make_synthetic_regression_batch(512, 16, 4, np.random.default_rng(0))
+    fp32 = mlp.init_mlp_params(16, 64, 4, np.random.default_rng(1))
+    master, scaler = mp.make_master_params(fp32), mp.init_loss_scaler(growth_interval=100)
+    skipped = 0
+    for _ in range(400):
+        Y_hat, cache = mlp.mlp_forward(fp32, X)
+        loss32, dY = mlp.mse_loss_and_grad(Y_hat, Y)
+        fp32 = mlp.sgd_step(fp32, mlp.mlp_backward(fp32, cache, dY), 0.05)
+        master, scaler, info = mp.mixed_precision_step(master, X, Y, scaler, 0.05)
+        skipped += info["skipped"]
+    final32 = mlp.mse_loss_and_grad(mlp.mlp_forward(fp32, X)[0], Y)[0]
+    final16 = mlp.mse_loss_and_grad(mlp.mlp_forward(master, X)[0], Y)[0]
+    print(f"mixed precision, 400 SGD steps: float32 final loss {final32:.5f}, float16+scaling {final16:.5f}, "
+          f"gap {100 * (final16 - final32) / final32:+.2f}%, skipped steps {skipped}, final scale {scaler['scale']:g}")
+
+
 SECTIONS: dict[str, Callable[[], None]] = {
+    "accumulation": bench_accumulation,
+    "checkpointing": bench_checkpointing,
+    "mixed_precision": bench_mixed_precision,
     "mutants": bench_mutants,
     "nbval": bench_nbval,
     "autograde": bench_autograde,
