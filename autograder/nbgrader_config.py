@@ -2,11 +2,11 @@
 
 Source notebooks (with solutions and hidden tests) live in ``solutions/<assignment>/``; the student
 versions that ``nbgrader generate_assignment`` writes go to ``notebooks/<assignment>/``. The
-gradebook is SQLite under ``autograder/`` unless ``NBGRADER_DB_URL`` names another database (for a
+gradebook is SQLite in the course root (``gradebook.db``) unless ``NBGRADER_DB_URL`` names another database (for a
 class, e.g. ``postgresql://user@host/gradebook``).
 
-Use it from the repository root with ``--config autograder/nbgrader_config.py``, or through the
-Makefile targets, which do.
+nbgrader finds this file through ``JUPYTER_CONFIG_PATH=autograder`` (the Makefile sets it); the class
+grading command, ``python -m trainsys.autograde``, does the same for every nbgrader it starts.
 """
 
 import os
@@ -20,7 +20,9 @@ c.CourseDirectory.root = os.environ.get("NBGRADER_COURSE_ROOT", str(ROOT))
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
 c.CourseDirectory.course_id = "trainsys"
-c.CourseDirectory.db_url = os.environ.get("NBGRADER_DB_URL", f"sqlite:///{ROOT / 'autograder' / 'gradebook.db'}")
+c.CourseDirectory.db_url = os.environ.get(
+    "NBGRADER_DB_URL", f"sqlite:///{Path(c.CourseDirectory.root) / 'gradebook.db'}"
+)
 
 # Only notebooks are released: the package provides everything else a lesson imports.
 c.CourseDirectory.include = ["*.ipynb"]
@@ -28,6 +30,9 @@ c.CourseDirectory.include = ["*.ipynb"]
 # A stuck submission (an infinite loop) costs its own cell, not the whole class.
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
+
+# A locked test cell a student deleted is put back (and scored), not silently skipped.
+c.OverwriteCells.add_missing_cells = True
 
 # Stubs shown to students.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
@@ -55,3 +60,11 @@ c.Autograde.autograde_preprocessors = [
     AssignLatePenalties,
     CheckCellMetadata,
 ]
+
+# Feedback shows which hidden check failed and its message, never the hidden code.
+from nbgrader.preprocessors import GetGrades  # noqa: E402
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+
+from trainsys.autograde.feedback import HideHiddenTests  # noqa: E402
+
+c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]

@@ -24,14 +24,15 @@ def assignments(root: Path = REPO) -> list[str]:
     return sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 
 
-def nbgrader_env(course: Path) -> dict[str, str]:
-    """Environment for nbgrader on ``course``: the repository's config, a gradebook inside ``course``."""
+def nbgrader_env(course: Path, db_url: str | None = None) -> dict[str, str]:
+    """Environment for nbgrader on ``course``: the repository's config; the gradebook ``db_url``
+    (default: SQLite ``gradebook.db`` inside ``course``)."""
     env = dict(os.environ)
     env.update(
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
         JUPYTER_CONFIG_PATH=str(REPO / "autograder"),
         NBGRADER_COURSE_ROOT=str(course),
-        NBGRADER_DB_URL=f"sqlite:///{course / 'gradebook.db'}",
+        NBGRADER_DB_URL=db_url or f"sqlite:///{course / 'gradebook.db'}",
         PYDEVD_DISABLE_FILE_VALIDATION="1",
     )
     return env

@@ -122,6 +122,9 @@ def unscale_gradients(grads: Mapping[str, np.ndarray], scale: float) -> dict[str
     """
     grads = require_float_tree("grads", grads)
     scale = require_real("scale", scale, strictly_positive=True)
+    if not np.isfinite(np.float32(scale)):
+        raise ValueError(f"scale must be representable in float32 (below {float(np.finfo(np.float32).max):.3g}), "
+                         f"got {scale}")
     out = {key: value.astype(np.float32, copy=True) for key, value in grads.items()}  # widen first
     for value in out.values():
         value /= np.float32(scale)  # in float32, on the new arrays (0-d arrays stay arrays)

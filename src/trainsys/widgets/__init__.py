@@ -93,7 +93,8 @@ def checkpointing_explorer(layer_widths: Sequence[int] | None = None, batch: int
         twin.set_ylabel("extra compute, % of a step", color="tab:orange")
         ax.set_title(f"L={L}, batch={batch}: s={segment_size} keeps {peaks[segment_size - 1]:.1f} MiB, "
                      f"recomputes {chosen['recomputed_layers']} layers (+{extra[segment_size - 1]:.0f}%)", fontsize=9)
-        ax.legend(loc="upper center", fontsize=8)
+        handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+        twin.legend(handles, [h.get_label() for h in handles], loc="lower right", fontsize=8)
         fig.tight_layout()
         return fig
 

@@ -1,0 +1,90 @@
+"""``python -m trainsys.autograde``: grade a class, then export grades and write feedback.
+
+Usage (from the course root, or with ``--course``)::
+
+    python -m trainsys.autograde                  # every submission under submitted/, cores-many at a time
+    python -m trainsys.autograde --jobs 4 --timeout 60 --assignment m1p1-mlp-core
+    python -m trainsys.autograde --no-feedback    # grades and the summary only
+
+Writes ``reports/summary.csv`` (students × assignments: points, failed cells, flags, seconds),
+``reports/grades.csv`` (``nbgrader export``) and ``feedback/<student>/<assignment>/*.html``
+(``nbgrader generate_feedback``, hidden-test code removed). Killed and restarted, it grades only what
+is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+from pathlib import Path
+
+from trainsys.autograde.runner import JobResult, Options, _last_line, _nbgrader, grade_class
+
+
+def write_summary(results: list[JobResult], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["student", "assignment", "score", "max_score", "failed_cells", "flags", "seconds"])
+        for r in results:
+            writer.writerow([r.student, r.assignment, r.score, r.max_score, " ".join(r.failed_cells),
+                             " | ".join(r.flags), r.seconds])
+
+
+def format_summary(results: list[JobResult]) -> str:
+    """A plain-text table: one row per student and assignment, flags listed under it."""
+    lines = [f"{'student':<24} {'assignment':<32} {'points':>12} {'failed':>6} {'seconds':>8}"]
+    for r in results:
+        lines.append(f"{r.student:<24} {r.assignment:<32} {r.score:>5.1f} / {r.max_score:<4.0f} "
+                     f"{len(r.failed_cells):>6} {r.seconds:>8.1f}")
+        lines += [f"    ! {flag}" for flag in r.flags]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainsys.autograde", description=__doc__.splitlines()[0])
+    parser.add_argument("--course", type=Path, default=Path.cwd(), help="course root (default: current folder)")
+    parser.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel students (default: cores)")
+    parser.add_argument("--timeout", type=int, default=30, help="seconds a cell may run (default: 30)")
+    parser.add_argument("--memory-limit-mb", type=int, default=6144, help="address space per grading process")
+    parser.add_argument("--db-url", default=os.environ.get("NBGRADER_DB_URL"), help="gradebook (default: SQLite)")
+    parser.add_argument("--force", action="store_true", help="regrade jobs already complete")
+    parser.add_argument("--no-feedback", action="store_true", help="skip nbgrader generate_feedback")
+    args = parser.parse_args(argv)
+    for name, value, minimum in (("--jobs", args.jobs, 1), ("--timeout", args.timeout, 1),
+                                 ("--memory-limit-mb", args.memory_limit_mb, 512)):
+        if value < minimum:
+            parser.error(f"{name} must be at least {minimum}, got {value}")
+    course = args.course.resolve()
+    if not (course / "submitted").is_dir():
+        parser.error(f"--course {course} has no submitted/ folder (expected submitted/<student>/<assignment>/)")
+
+    options = Options(course=course, jobs=args.jobs, timeout=args.timeout, memory_limit_mb=args.memory_limit_mb,
+                      force=args.force, db_url=args.db_url)
+    start = time.perf_counter()
+    results = grade_class(options, args.assignment)
+    elapsed = time.perf_counter() - start
+    write_summary(results, course / "reports" / "summary.csv")
+    print(format_summary(results))
+    print(f"\n{len(results)} submissions graded in {elapsed:.1f} s with {args.jobs} job(s); "
+          f"summary in {course / 'reports' / 'summary.csv'}")
+
+    export = _nbgrader(options, "export", "--to", str(course / "reports" / "grades.csv"), timeout=600)
+    if export.returncode != 0:
+        print(f"nbgrader export failed: {_last_line(export.stderr)}", file=sys.stderr)
+        return 1
+    if not args.no_feedback:
+        for assignment in sorted({r.assignment for r in results}):
+            run = _nbgrader(options, "generate_feedback", assignment, "--force", timeout=1800)
+            if run.returncode != 0:
+                print(f"nbgrader generate_feedback {assignment} failed: {_last_line(run.stderr)}", file=sys.stderr)
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

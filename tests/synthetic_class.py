@@ -1,0 +1,164 @@
+"""A synthetic class of 30+ submissions with known expected scores per cell, for the grading tests.
+
+Built on three quick lessons of Part 1 (linear_forward, relu_forward, relu_backward). Students:
+the full solutions, the untouched release, one student per mutant, and hostile or broken submissions
+aimed at the relu_forward notebook (the other two notebooks are solved, and must keep their points).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from tests.mutants import m1p1_mlp
+from trainsys.course import REPO, answer_sources, run_nbgrader, submit
+
+ASSIGNMENT = "m1p1-mlp-core"
+LESSONS = {"03_linear_forward": "linear_forward", "04_relu_forward": "relu_forward",
+           "08_relu_backward": "relu_backward"}
+TARGET = "04_relu_forward"  # the notebook hostile students attack
+
+
+@dataclass
+class Student:
+    name: str
+    answers: dict[str, str | None]  # notebook stem -> answer cell source (None: leave the stub)
+    expected: dict[str, tuple[float, float]]  # notebook stem -> (visible points, hidden points)
+    edit: str | None = None  # a post-processing step applied to the target notebook file
+    flags: list[str] = field(default_factory=list)  # substrings expected among the summary's flags
+
+
+def make_course(root: Path) -> Path:
+    """A course directory holding the three lessons, their release and an empty gradebook."""
+    (root / "solutions" / ASSIGNMENT).mkdir(parents=True)
+    for stem in LESSONS:
+        shutil.copy(REPO / "solutions" / ASSIGNMENT / f"{stem}.ipynb", root / "solutions" / ASSIGNMENT)
+    run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force")
+    return root
+
+
+def _solution(stem: str) -> str:
+    return answer_sources(REPO / "solutions" / ASSIGNMENT / f"{stem}.ipynb")[LESSONS[stem]]
+
+
+def _visible_passes(stem: str, answer: str) -> bool:
+    """Run the lesson's setup, the answer and its visible tests in a fresh namespace."""
+    nb = nbformat.read(REPO / "solutions" / ASSIGNMENT / f"{stem}.ipynb", as_version=4)
+    cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in nb.cells}
+    namespace: dict = {}
+    try:
+        exec(cells["setup"], namespace)  # noqa: S102 - test fixture
+        exec(answer, namespace)  # noqa: S102
+        exec(cells[f"test_{LESSONS[stem]}_visible"], namespace)  # noqa: S102
+    except BaseException:  # noqa: BLE001
+        return False
+    return True
+
+
+def _solved(**overrides: str | None) -> dict[str, str | None]:
+    answers: dict[str, str | None] = {stem: _solution(stem) for stem in LESSONS}
+    answers.update(overrides)
+    return answers
+
+
+FULL = {stem: (2.0, 3.0) for stem in LESSONS}
+
+
+def _target(visible: float, hidden: float) -> dict[str, tuple[float, float]]:
+    return {**FULL, TARGET: (visible, hidden)}
+
+
+def _mutant_source(stem: str, description: str) -> str:
+    """Source code for a mutant: the reference solution wrapped so that its result is the mutant's."""
+    function = LESSONS[stem]
+    return (f"import sys as _sys\n_sys.path.insert(0, {str(REPO)!r})\n"
+            f"from tests.mutants.m1p1_mlp import MUTANTS as _M\n"
+            f"{function} = dict(_M[{function!r}])[{description!r}]\n")
+
+
+def students() -> list[Student]:
+    relu = _solution(TARGET)
+    wrong_relu = relu + "\n_correct = relu_forward\n\ndef relu_forward(Z):\n    return _correct(Z) * 1.01\n"
+    float64_only_wrong = relu + (
+        "\n_correct = relu_forward\n\ndef relu_forward(Z):\n"
+        "    return _correct(Z) if Z.dtype != np.float64 else -_correct(Z)\n")
+    roster = [
+        Student("solved", _solved(), FULL),
+        Student("blank", {stem: None for stem in LESSONS}, {stem: (0.0, 0.0) for stem in LESSONS}),
+        Student("partial", _solved(**{"08_relu_backward": None}), {**FULL, "08_relu_backward": (0.0, 0.0)}),
+        Student("loop_in_function", _solved(**{TARGET: "def relu_forward(Z):\n    while True:\n        pass\n"}),
+                _target(0, 0)),
+        Student("loop_top_level", _solved(**{TARGET: "while True:\n    pass\n"}), _target(0, 0)),
+        Student("exit_kernel", _solved(**{TARGET: "import os\nos._exit(1)\n"}), _target(0, 0)),
+        Student("segfault_kernel", _solved(**{TARGET: "import ctypes\nctypes.string_at(0)\n"}), _target(0, 0)),
+        Student("memory_bomb", _solved(**{TARGET: (
+            "def relu_forward(Z):\n    hoard = []\n    while True:\n"
+            "        hoard.append(np.ones(2**27))  # 1 GiB at a time\n")}), _target(0, 0)),
+        Student("patch_numpy_testing", _solved(**{TARGET: float64_only_wrong + (
+            "\nnp.testing.assert_array_equal = lambda *a, **k: None\n"
+            "np.testing.assert_allclose = lambda *a, **k: None\nnp.allclose = lambda *a, **k: True\n")}),
+                _target(0, 0), flags=["replaced"]),
+        Student("patch_grading", _solved(**{TARGET: wrong_relu + (
+            "\nimport trainsys.grading\n"
+            "trainsys.grading.check_relu_forward = lambda fn: 'relu_forward: all 7 cases passed'\n")}),
+                _target(0, 0), flags=["fails in isolation"]),
+        Student("import_reference", _solved(**{TARGET: "from trainsys.memtrain.mlp import relu_forward\n"}),
+                FULL, flags=["reference implementation"]),
+        Student("edit_locked_cell", _solved(), FULL, edit="edit_visible"),
+        Student("delete_locked_cells", _solved(), FULL, edit="delete_tests"),
+        Student("missing_notebook", _solved(), _target(0, 0), edit="remove"),
+        Student("corrupt_json", _solved(), _target(0, 0), edit="corrupt", flags=["unreadable notebook"]),
+        Student("duplicate_cell_ids", _solved(), FULL, edit="duplicate_ids", flags=["duplicated cell id"]),
+        Student("warnings_on_stderr", _solved(**{TARGET: "import warnings\n" + relu.replace(
+            "def relu_forward(Z):", "def relu_forward(Z):\n    warnings.warn('slow path', UserWarning)\n"
+            "    np.log(np.zeros(1))  # RuntimeWarning: divide by zero", 1)}), FULL),
+        Student("syntax_error", _solved(**{TARGET: "def relu_forward(Z)\n    return Z\n"}), _target(0, 0)),
+        Student("error_after_definition", _solved(**{TARGET: relu + "\nraise RuntimeError('left over')\n"}), FULL),
+        Student("helper_in_extra_cell", _solved(**{TARGET: "def relu_forward(Z):\n    return _relu_helper(Z)\n"}),
+                FULL, edit="helper_cell"),
+        Student("huge_output", _solved(**{TARGET: relu + "\nfor i in range(20000):\n    print(i)\n"}), FULL),
+    ]
+    for stem, function in LESSONS.items():
+        for index, (description, _) in enumerate(m1p1_mlp.MUTANTS[function]):
+            answer = _mutant_source(stem, description)
+            visible = 2.0 if _visible_passes(stem, answer) else 0.0
+            roster.append(Student(f"mutant_{function}_{index}", _solved(**{stem: answer}),
+                                  {**FULL, stem: (visible, 0.0)}))
+    return roster
+
+
+def _edit(path: Path, how: str) -> None:
+    if how == "remove":
+        path.unlink()
+        return
+    if how == "corrupt":
+        path.write_text(path.read_text()[: len(path.read_text()) // 2])
+        return
+    nb = json.loads(path.read_text())
+    graded = [c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    if how == "edit_visible":
+        graded[0]["source"] = "pass  # the tests were in my way\n"
+    elif how == "delete_tests":
+        nb["cells"] = [c for c in nb["cells"] if c not in graded]
+    elif how == "helper_cell":
+        answer = next(i for i, c in enumerate(nb["cells"]) if c.get("metadata", {}).get("nbgrader", {}).get("solution"))
+        nb["cells"].insert(answer, {"cell_type": "code", "id": "my-helper", "metadata": {}, "outputs": [],
+                                    "execution_count": None, "source": _solution(TARGET).replace(
+                                        "def relu_forward(", "def _relu_helper(")})
+    elif how == "duplicate_ids":
+        nb["cells"][1]["id"] = nb["cells"][0]["id"]
+        nb["cells"][3]["id"] = nb["cells"][0]["id"]
+    path.write_text(json.dumps(nb))
+
+
+def submit_class(course: Path, roster: list[Student]) -> None:
+    """Write every student's submission under ``course/submitted``."""
+    for student in roster:
+        answers = {f"{stem}.ipynb": {LESSONS[stem]: src} for stem, src in student.answers.items() if src is not None}
+        folder = submit(course, student.name, ASSIGNMENT, answers)
+        if student.edit:
+            _edit(folder / f"{TARGET}.ipynb", student.edit)
