@@ -169,7 +169,32 @@ def bench_mixed_precision() -> None:
           f"gap {100 * (final16 - final32) / final32:+.2f}%, skipped steps {skipped}, final scale {scaler['scale']:g}")
 
 
+def bench_grading() -> None:
+    """Class grading throughput: the same 8-student class graded with --jobs 1 and --jobs 2."""
+    sys.path.insert(0, str(REPO))
+    from tests.synthetic_class import LESSONS, make_course, students, submit_class
+
+    from trainsys.autograde.runner import Options, grade_class
+
+    roster = [s for s in students() if s.name in {"solved", "partial", "blank", "warnings_on_stderr",
+                                                 "import_reference", "edit_locked_cell", "mutant_relu_forward_0",
+                                                 "mutant_linear_forward_1"}]
+    seconds = {}
+    for jobs in (1, 2):
+        with tempfile.TemporaryDirectory() as tmp:
+            course = make_course(Path(tmp))
+            submit_class(course, roster)
+            start = time.perf_counter()
+            grade_class(Options(course=course, jobs=jobs, timeout=30), progress=False)
+            seconds[jobs] = time.perf_counter() - start
+        notebooks = len(roster) * len(LESSONS)
+        print(f"grading {len(roster)} students x {len(LESSONS)} notebooks with --jobs {jobs}: {seconds[jobs]:.1f} s "
+              f"= {seconds[jobs] / notebooks:.2f} s per notebook, {notebooks / seconds[jobs] * 60:.0f} notebooks/min")
+    print(f"speed-up --jobs 2 vs --jobs 1: {seconds[1] / seconds[2]:.2f}x")
+
+
 SECTIONS: dict[str, Callable[[], None]] = {
+    "grading": bench_grading,
     "accumulation": bench_accumulation,
     "checkpointing": bench_checkpointing,
     "mixed_precision": bench_mixed_precision,

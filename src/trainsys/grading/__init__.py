@@ -18,6 +18,12 @@ from trainsys.grading.checkpointing import (
     check_mlp_forward_checkpointed,
     check_recompute_block_activations,
 )
+from trainsys.grading.memory import (
+    check_compare_memory,
+    check_compute_optimizer_memory_bytes,
+    check_compute_param_memory_bytes,
+    check_compute_peak_activation_memory_bytes,
+)
 from trainsys.grading.mixed_precision import (
     check_cast_to_half_precision,
     check_has_non_finite_gradients,
@@ -43,6 +49,10 @@ __all__ = [
     "CheckFailure",
     "check_accumulate_gradients",
     "check_cast_to_half_precision",
+    "check_compare_memory",
+    "check_compute_optimizer_memory_bytes",
+    "check_compute_param_memory_bytes",
+    "check_compute_peak_activation_memory_bytes",
     "check_has_non_finite_gradients",
     "check_make_master_params",
     "check_mixed_precision_step",

@@ -220,7 +220,8 @@ def checkpointed_forward_backward(
 
 # --- Lesson 18 -------------------------------------------------------------------------------------
 def checkpointing_memory_timeline(
-    layer_widths: Sequence[int], batch: int, segment_size: int | None, bytes_per_elem: int = 4
+    layer_widths: Sequence[int], batch: int, segment_size: int | None, bytes_per_elem: int = 4,
+    include_gradients: bool = True,
 ) -> list[tuple[str, int]]:
     """Bytes alive at each busy moment of :func:`checkpointed_forward_backward` (``X``, ``Y``, params excluded).
 
@@ -228,7 +229,8 @@ def checkpointing_memory_timeline(
     ``l``: the kept activations (all of them, or the boundaries), the current segment's rebuilt
     activations, ``dY``, the gradient entering the segment, the gradient entering layer ``l``, the
     working set of ``l`` (``dA``, the boolean mask plus NumPy's cast buffer, the masked gradient) and
-    the parameter gradients made so far. ``segment_size=None`` is the plain pass.
+    the parameter gradients made so far (left out with ``include_gradients=False``: the activation part
+    alone, as the memory report counts gradients separately). ``segment_size=None`` is the plain pass.
     """
     widths = validate_layer_widths(layer_widths)
     n = require_int("batch", batch, minimum=1)
@@ -241,7 +243,7 @@ def checkpointing_memory_timeline(
         bounds, plain = [(k * s, min((k + 1) * s, L)) for k in range(math.ceil(L / s))], False
     act = [n * w * b for w in widths]  # a_l bytes; act[L] is the output
     mask = [n * w + b * min(np.getbufsize(), n * w) for w in widths]  # bool mask and its cast buffer
-    param = [b * (widths[l] * widths[l + 1] + widths[l + 1]) for l in range(L)]
+    param = [b * (widths[l] * widths[l + 1] + widths[l + 1]) * bool(include_gradients) for l in range(L)]
     timeline: list[tuple[str, int]] = []
 
     # Forward: the kept activations, plus the pre-activation and activation of the layer being run.

@@ -1,0 +1,123 @@
+"""Checks behind the hidden tests of Module 1, Part 7, lessons 36–39 (memory accounting)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from trainsys.grading._harness import Args, CheckFailure, run_cases
+from trainsys.memtrain import memory as ref
+
+__all__ = [
+    "check_compute_param_memory_bytes",
+    "check_compute_optimizer_memory_bytes",
+    "check_compute_peak_activation_memory_bytes",
+    "check_compare_memory",
+]
+
+BAD = (TypeError, ValueError)
+
+
+def _fixed(*args: Any) -> Callable[[], Args]:
+    return lambda: (copy.deepcopy(args), {})
+
+
+def _number(label: str, what: str, got: Any, expected: float) -> None:
+    ok = isinstance(got, (int, float, np.integer, np.floating)) and not isinstance(got, bool) and \
+        math.isclose(float(got), float(expected), rel_tol=1e-9, abs_tol=1e-9)
+    if not ok:
+        raise CheckFailure(f"[{label}] {what} is {got!r}, expected {expected!r}")
+
+
+def _dict(label: str, got: Any, expected: dict) -> None:
+    if not isinstance(got, dict) or set(got) != set(expected):
+        raise CheckFailure(f"[{label}] must return a dict with keys {sorted(expected)}")
+    for key, value in expected.items():
+        _number(label, key, got[key], value)
+
+
+# --- Lesson 36 -------------------------------------------------------------------------------------
+def check_compute_param_memory_bytes(fn: Callable[..., Any]) -> str:
+    """Arrays counted by shape in the requested dtype; shape tuples; nested lists of layer dicts."""
+    rng = np.random.default_rng(0)
+    mlp = {"W1": rng.standard_normal((4, 6)).astype(np.float32), "b1": np.zeros(6, np.float32),
+           "W2": rng.standard_normal((6, 3)), "b2": np.zeros(3)}
+    deep = [{"W": (5, 7), "b": (7,)}, {"W": (7, 7), "b": (7,)}, {"W": (7, 1), "b": (1,)}]
+    cases = [
+        ("MLP arrays (mixed dtypes) in float32", _fixed(mlp, np.float32)),
+        ("MLP arrays in float16", _fixed(mlp, np.float16)),
+        ("shape tuples in float64", _fixed({"W": (1000, 1000), "b": (1000,)}, np.float64)),
+        ("a deep MLP as a list of layers, float32", _fixed(deep, np.float32)),
+        ("a single scalar parameter", _fixed({"s": ()}, np.float32)),
+    ]
+    invalid = [
+        ("integer dtype", BAD, "dtype", _fixed({"W": (2, 2)}, np.int64)),
+        ("an empty dict", BAD, "params_or_shapes", _fixed({}, np.float32)),
+    ]
+    return run_cases("compute_param_memory_bytes", fn, ref.compute_param_memory_bytes, cases,
+                     lambda label, got, exp: _number(label, "bytes", got, exp), invalid)
+
+
+# --- Lesson 37 -------------------------------------------------------------------------------------
+def check_compute_optimizer_memory_bytes(fn: Callable[..., Any]) -> str:
+    """Every precision × stage, N = 1 and N not dividing Ψ; the ZeRO paper's worked example."""
+    cases = [(f"Psi=7.5e9, mixed, N=64, stage {s}", _fixed(7_500_000_000, "mixed", 64, s)) for s in range(4)]
+    cases += [(f"Psi=1000, fp32, N=3, stage {s}", _fixed(1000, "fp32", 3, s)) for s in range(4)]
+    cases += [("Psi=12345, mixed, N=1, stage 3", _fixed(12345, "mixed", 1, 3))]
+    invalid = [
+        ("zero_stage = 4", BAD, "zero_stage", _fixed(100, "mixed", 2, 4)),
+        ("num_workers = 0", BAD, "num_workers", _fixed(100, "mixed", 0, 1)),
+        ("precision = 'bf8'", BAD, "precision", _fixed(100, "bf8", 2, 1)),
+    ]
+    return run_cases("compute_optimizer_memory_bytes", fn, ref.compute_optimizer_memory_bytes, cases, _dict, invalid)
+
+
+# --- Lesson 38 -------------------------------------------------------------------------------------
+def check_compute_peak_activation_memory_bytes(fn: Callable[..., Any]) -> str:
+    """Micro-batches × segments × dtype on uniform and uneven widths (uneven batch splits included)."""
+    widths = [32] + [128] * 15 + [4]
+    cases = [
+        ("plain, float32", _fixed(widths, 1024, np.float32, 1, None)),
+        ("4 micro-batches", _fixed(widths, 1024, np.float32, 4, None)),
+        ("segments of 4", _fixed(widths, 1024, np.float32, 1, 4)),
+        ("3 micro-batches of 1000 rows (uneven), segments of 3, float16", _fixed(widths, 1000, np.float16, 3, 3)),
+        ("uneven widths", _fixed([10, 200, 50, 300, 20, 5], 64, np.float32, 2, 2)),
+    ]
+    invalid = [
+        ("num_micro_batches = 17 > batch = 16", BAD, "num_micro_batches", _fixed([4, 8, 2], 16, np.float32, 17, None)),
+        ("segment_size = 3 > L = 2", BAD, "segment_size", _fixed([4, 8, 2], 16, np.float32, 1, 3)),
+    ]
+    return run_cases("compute_peak_activation_memory_bytes", fn, ref.compute_peak_activation_memory_bytes, cases,
+                     lambda label, got, exp: _number(label, "peak bytes", got, exp), invalid)
+
+
+# --- Lesson 39 -------------------------------------------------------------------------------------
+def check_compare_memory(fn: Callable[..., Any]) -> str:
+    """The rows (names, order) and every number, for configurations that switch techniques on and off."""
+    base = dict(layer_widths=[64] + [256] * 8 + [10], batch=512, num_micro_batches=4, segment_size=3,
+                precision="mixed", num_workers=4, zero_stage=2)
+    cases = [
+        ("every technique on", _fixed(base)),
+        ("fp32, ZeRO off, one worker", _fixed({**base, "precision": "fp32", "num_workers": 1, "zero_stage": 0})),
+        ("only checkpointing", _fixed({**base, "num_micro_batches": 1, "precision": "fp32", "num_workers": 1,
+                                       "zero_stage": 0})),
+        ("ZeRO-3 on 8 workers, uneven batch", _fixed({**base, "batch": 500, "num_workers": 8, "zero_stage": 3})),
+    ]
+
+    def compare(label: str, got: Any, expected: list) -> None:
+        if not isinstance(got, list) or [r.get("setup") if isinstance(r, dict) else None for r in got] != \
+                [r["setup"] for r in expected]:
+            raise CheckFailure(f"[{label}] the rows must be {[r['setup'] for r in expected]}")
+        for row, want in zip(got, expected):
+            _dict(f"{label}, row {want['setup']!r}", {k: v for k, v in row.items() if k != "setup"},
+                  {k: v for k, v in want.items() if k != "setup"})
+
+    invalid = [
+        ("config without 'zero_stage'", BAD, "config", _fixed({k: v for k, v in base.items() if k != "zero_stage"})),
+        ("num_workers = 0", BAD, "num_workers", _fixed({**base, "num_workers": 0})),
+    ]
+    return run_cases("compare_memory", fn, ref.compare_memory, cases, compare, invalid)
