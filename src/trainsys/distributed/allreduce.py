@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from trainsys.distributed.launch import init_process_group, write_result
+from trainsys.distributed.launch import finish, init_process_group, write_result
 
 
 def worker_array(seed: int, rank: int, size: int) -> np.ndarray:
@@ -36,7 +36,7 @@ def main() -> None:
     agree = all(torch.equal(gathered[0], g) for g in gathered)
     write_result(args.out, {"world_size": world, "mean": tensor.tolist(), "all_ranks_agree": agree,
                             "backend": dist.get_backend()})
-    dist.destroy_process_group()
+    finish()
 
 
 if __name__ == "__main__":

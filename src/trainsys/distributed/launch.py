@@ -46,3 +46,9 @@ def write_result(path: str, result: dict[str, Any]) -> None:
     """Rank 0 writes the job's result (other ranks call it too; only rank 0 writes)."""
     if dist.get_rank() == 0:
         Path(path).write_text(json.dumps(result))
+
+
+def finish() -> None:
+    """Leave the job together: a barrier first, so that no rank tears the group down under another."""
+    dist.barrier()
+    dist.destroy_process_group()

@@ -1,0 +1,410 @@
+"""Checks behind the hidden tests of Module 2, Parts 4, 6 and 7 (lessons 16–20 and 25–30): shards,
+local training, the DiLoCo round and trainers, evaluation and the communication analysis.
+
+Shards: sizes that do not divide, one worker per example, Dirichlet α from 0.1 (redraws happen) to
+100. Rounds and runs: 1 to 4 workers whose AdamW states differ (so averaging or resetting them shows),
+a non-zero outer buffer, inner SGD with outer lr 1 (FedAvg), IID and non-IID. The trainers run on
+configs of a few hundred steps (tens of milliseconds) and are compared field by field with the
+reference run record. Generators are passed in fresh per call, so batches must be drawn exactly as
+the contract says.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from trainsys.diloco import evaluation as ref_eval
+from trainsys.diloco import loop as ref_loop
+from trainsys.diloco import sharding as ref_shard
+from trainsys.diloco.adamw import init_adamw_state
+from trainsys.diloco.model import init_model_params, make_classification_data
+from trainsys.diloco.outer import init_outer_optimizer
+from trainsys.grading._harness import (
+    Args,
+    CheckFailure,
+    assert_array,
+    assert_array_dict,
+    assert_scalar,
+    assert_tuple,
+    rng_for,
+    run_cases,
+)
+
+__all__ = [
+    "check_iid_shard_dataset",
+    "check_noniid_shard_dataset",
+    "check_sample_worker_batch",
+    "check_local_train_step",
+    "check_run_inner_steps",
+    "check_diloco_round",
+    "check_train_diloco",
+    "check_train_synchronous_baseline",
+    "check_evaluate_heldout_loss",
+    "check_classification_accuracy",
+    "check_communication_savings",
+]
+
+BAD = (TypeError, ValueError)
+TOL = {"rtol": 1e-4, "atol": 1e-6}
+"""Trained parameters and losses: float32 through a few hundred operations in a different order."""
+
+
+def _args(*args: Any, **kwargs: Any) -> Callable[[], Args]:
+    return lambda: copy.deepcopy((args, kwargs))
+
+
+def _data(n: int, d_in: int, C: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    return make_classification_data(n, d_in, C, np.random.default_rng(seed))
+
+
+def _hp(optimizer: str = "adamw", **over: Any) -> dict[str, Any]:
+    return {**ref_shard.DEFAULT_INNER_HP, "optimizer": optimizer, "lr": 1e-2 if optimizer == "adamw" else 0.1,
+            "batch_size": 5, **over}
+
+
+def _trained_state(params: dict, shard: tuple, steps: int, seed: int) -> dict:
+    """A realistic mid-run AdamW state: ``steps`` reference steps on ``shard``."""
+    _, state, _ = ref_shard.run_inner_steps(params, init_adamw_state(params), shard, steps, _hp(), rng_for(seed, 7))
+    return state
+
+
+def _shards_compare(label: str, got: Any, expected: list) -> None:
+    if not isinstance(got, list) or len(got) != len(expected):
+        raise CheckFailure(f"[{label}] must return a list of {len(expected)} (X_k, y_k) shards, got "
+                           f"{len(got) if isinstance(got, list) else type(got).__name__}")
+    sizes, want = [len(s[1]) if isinstance(s, (tuple, list)) and len(s) == 2 else None for s in got], \
+        [len(s[1]) for s in expected]
+    if sizes != want:
+        raise CheckFailure(f"[{label}] shard sizes are {sizes}, expected {want}")
+    for i, (pair, (X_ref, y_ref)) in enumerate(zip(got, expected)):
+        X_k, y_k = assert_tuple(label, f"shard {i}", pair, 2)
+        assert_array(label, f"X of shard {i}", X_k, X_ref, exact=True)
+        assert_array(label, f"y of shard {i}", y_k, y_ref, exact=True)
+
+
+# --- Lesson 16 -------------------------------------------------------------------------------------
+def check_iid_shard_dataset(fn: Callable[..., Any]) -> str:
+    """One permutation, np.array_split sizes, X's order inside a shard, X and y kept together."""
+    sizes = [(10, 3), (12, 4), (7, 7), (5, 1), (13, 5)]
+    def case(i: int, n: int, k: int) -> Callable[[], Args]:
+        return lambda: ((*_data(n, 3, 3, 300 + i), k, rng_for(i, 301)), {})
+
+    cases = [(f"n={n}, num_workers={k}", case(i, n, k)) for i, (n, k) in enumerate(sizes)]
+
+    X, y = _data(6, 3, 3, 1)
+    invalid = [("num_workers = 0", BAD, "num_workers", _args(X, y, 0, rng_for(0, 1))),
+               ("num_workers = 7 > 6 examples", BAD, "num_workers", _args(X, y, 7, rng_for(0, 1))),
+               ("y with 5 labels for 6 rows", BAD, "y", _args(X, y[:5], 2, rng_for(0, 1))),
+               ("rng = 3", BAD, "rng", _args(X, y, 2, 3))]
+    return run_cases("iid_shard_dataset", fn, ref_shard.iid_shard_dataset, cases, _shards_compare, invalid)
+
+
+# --- Lesson 17 -------------------------------------------------------------------------------------
+def check_noniid_shard_dataset(fn: Callable[..., Any]) -> str:
+    """Dirichlet label skew per class, floor cuts of the cumulative shares, redraws until no shard is empty."""
+    configs = [(60, 3, 4, 0.1), (60, 3, 4, 100.0), (40, 5, 2, 1.0), (30, 3, 1, 0.5), (50, 4, 5, 0.3), (24, 2, 3, 0.05)]
+
+    def case(i: int, n: int, C: int, k: int, alpha: float) -> Callable[[], Args]:
+        return lambda: ((*_data(n, 3, C, 310 + i), k, rng_for(i, 311), alpha), {})
+
+    cases = [(f"n={n}, {C} classes, num_workers={k}, alpha={a}", case(i, n, C, k, a))
+             for i, (n, C, k, a) in enumerate(configs)]
+    X, y = _data(12, 3, 3, 2)
+    invalid = [("alpha = 0", BAD, "alpha", _args(X, y, 2, rng_for(0, 1), 0.0)),
+               ("alpha = -1", BAD, "alpha", _args(X, y, 2, rng_for(0, 1), -1.0)),
+               ("num_workers = 0", BAD, "num_workers", _args(X, y, 0, rng_for(0, 1), 0.5)),
+               ("num_workers = 13 > 12 examples", BAD, "num_workers", _args(X, y, 13, rng_for(0, 1), 0.5))]
+    return run_cases("noniid_shard_dataset", fn, ref_shard.noniid_shard_dataset, cases, _shards_compare, invalid)
+
+
+# --- Lesson 18 -------------------------------------------------------------------------------------
+def check_sample_worker_batch(fn: Callable[..., Any]) -> str:
+    """``rng.integers(0, n_k, batch_size)`` rows of X and the same rows of y, even past the shard's size."""
+    def case(i: int, n: int, b: int) -> Callable[[], Args]:
+        return lambda: ((_data(n, 4, 3, 320 + i), b, rng_for(i, 321)), {})
+
+    sizes = [(10, 4), (3, 8), (1, 1), (50, 50)]
+    cases = [(f"shard of {n}, batch_size={b}", case(i, n, b)) for i, (n, b) in enumerate(sizes)]
+
+    def compare(label: str, got: Any, expected: tuple) -> None:
+        X_b, y_b = assert_tuple(label, "the batch (X_b, y_b)", got, 2)
+        assert_array(label, "X_b", X_b, expected[0], exact=True)
+        assert_array(label, "y_b", y_b, expected[1], exact=True)
+
+    shard = _data(6, 3, 3, 3)
+    invalid = [("batch_size = 0", BAD, "batch_size", _args(shard, 0, rng_for(0, 1))),
+               ("shard is an array, not a pair", BAD, "shard", _args(shard[0], 2, rng_for(0, 1))),
+               ("rng = None", BAD, "rng", _args(shard, 2, None))]
+    return run_cases("sample_worker_batch", fn, ref_shard.sample_worker_batch, cases, compare, invalid)
+
+
+# --- Lesson 19 -------------------------------------------------------------------------------------
+def check_local_train_step(fn: Callable[..., Any]) -> str:
+    """Forward, loss before the step, backward, the hp's optimizer; from fresh and mid-run states."""
+
+    def case(i: int, sizes: list[int], n: int, optimizer: str, warm: int) -> Callable[[], Args]:
+        params = init_model_params(sizes, rng_for(i, 330))
+        shard = _data(20, sizes[0], sizes[-1], 331 + i)
+        state = _trained_state(params, shard, warm, i) if warm else init_adamw_state(params)
+        return _args(params, state, (shard[0][:n], shard[1][:n]), _hp(optimizer))
+
+    cases = [("AdamW, fresh state", case(0, [4, 8, 3], 5, "adamw", 0)),
+             ("AdamW, state after 3 steps", case(1, [3, 6, 6, 2], 6, "adamw", 3)),
+             ("SGD", case(2, [4, 8, 3], 4, "sgd", 0)), ("batch of 1", case(3, [2, 3], 1, "adamw", 2))]
+
+    def compare(label: str, got: Any, expected: tuple) -> None:
+        new_params, new_state, loss = assert_tuple(label, "the result (new_params, new_opt_state, loss)", got, 3)
+        assert_array_dict(label, "new_params", new_params, expected[0])
+        assert_scalar(label, "loss", loss, expected[2], rtol=1e-5, atol=1e-7)
+        if not isinstance(new_state, Mapping) or new_state.get("step") != expected[1]["step"]:
+            raise CheckFailure(f"[{label}] new_opt_state['step'] must be {expected[1]['step']}")
+        assert_array_dict(label, "new_opt_state['m']", new_state["m"], expected[1]["m"])
+        assert_array_dict(label, "new_opt_state['v']", new_state["v"], expected[1]["v"])
+
+    p = init_model_params([3, 4, 2], rng_for(0, 1))
+    s, batch = init_adamw_state(p), _data(4, 3, 2, 4)
+    invalid = [("hp['optimizer'] = 'adam'", BAD, "optimizer", _args(p, s, batch, _hp("adam"))),
+               ("hp['lr'] = 0", BAD, "lr", _args(p, s, batch, _hp(lr=0.0))),
+               ("a label out of range", BAD, "batch", _args(p, s, (batch[0], np.array([0, 1, 2, 0])), _hp()))]
+    return run_cases("local_train_step", fn, ref_shard.local_train_step, cases, compare, invalid)
+
+
+# --- Lesson 20 -------------------------------------------------------------------------------------
+def check_run_inner_steps(fn: Callable[..., Any]) -> str:
+    """H steps, a fresh batch each (``sample_worker_batch`` with this worker's rng), state carried through."""
+
+    def case(i: int, H: int, optimizer: str, warm: int) -> Callable[[], Args]:
+        params = init_model_params([4, 8, 3], rng_for(i, 340))
+        shard = _data(30, 4, 3, 341 + i)
+        state = _trained_state(params, shard, warm, i) if warm else init_adamw_state(params)
+        return _args(params, state, shard, H, _hp(optimizer), rng_for(i, 342))
+
+    cases = [("H = 1", case(0, 1, "adamw", 0)), ("H = 4", case(1, 4, "adamw", 0)),
+             ("H = 6 from a state after 2 steps", case(2, 6, "adamw", 2)), ("H = 5, SGD", case(3, 5, "sgd", 0))]
+
+    def compare(label: str, got: Any, expected: tuple) -> None:
+        params, state, losses = assert_tuple(label, "the result (params_H, opt_state_H, losses)", got, 3)
+        assert_array_dict(label, "params_H", params, expected[0], **TOL)
+        assert_array(label, "losses", np.asarray(losses, dtype=np.float64) if isinstance(losses, (list, np.ndarray))
+                     else losses, expected[2], **TOL)
+        if not isinstance(state, Mapping) or state.get("step") != expected[1]["step"]:
+            raise CheckFailure(f"[{label}] opt_state_H['step'] must be {expected[1]['step']} (one per inner step)")
+        assert_array_dict(label, "opt_state_H['m']", state["m"], expected[1]["m"], **TOL)
+
+    p = init_model_params([3, 4, 2], rng_for(0, 1))
+    s, shard = init_adamw_state(p), _data(8, 3, 2, 5)
+    invalid = [("H = 0", BAD, "H", _args(p, s, shard, 0, _hp(), rng_for(0, 1))),
+               ("H = 2.5", BAD, "H", _args(p, s, shard, 2.5, _hp(), rng_for(0, 1))),
+               ("hp without 'batch_size'", BAD, "batch_size",
+                _args(p, s, shard, 2, {k: v for k, v in _hp().items() if k != "batch_size"}, rng_for(0, 1)))]
+    return run_cases("run_inner_steps", fn, ref_shard.run_inner_steps, cases, compare, invalid)
+
+
+# --- Lesson 25 -------------------------------------------------------------------------------------
+def _round_args(i: int, k: int, H: int, optimizer: str = "adamw", outer_lr: float = 0.7, outer_momentum: float = 0.9,
+                noniid: bool = False) -> Callable[[], Args]:
+    X, y = _data(24 * k, 4, 3, 350 + i)
+    shards = (ref_shard.noniid_shard_dataset(X, y, k, rng_for(i, 351), 0.3) if noniid
+              else ref_shard.iid_shard_dataset(X, y, k, rng_for(i, 351)))
+    params = init_model_params([4, 8, 3], rng_for(i, 352))
+    states = [_trained_state(params, s, j + 1, 10 * i + j) for j, s in enumerate(shards)]  # all different
+    outer = init_outer_optimizer(params)
+    outer = {"step": 2, "momentum_buffer": {key: v + 0.01 for key, v in outer["momentum_buffer"].items()}}
+    rngs = [rng_for(100 * i + j, 353) for j in range(k)]
+    return _args(params, outer, states, shards, rngs, H=H, inner_hp=_hp(optimizer), outer_lr=outer_lr,
+                 outer_momentum=outer_momentum)
+
+
+def check_diloco_round(fn: Callable[..., Any]) -> str:
+    """New global params, outer state, per-worker states (not averaged, not reset), losses, bytes per worker."""
+    cases = [("3 workers, H = 3, outer lr 0.7, momentum 0.9", _round_args(0, 3, 3)),
+             ("1 worker, H = 2", _round_args(1, 1, 2)),
+             ("2 workers, inner SGD, outer lr 1, momentum 0 (FedAvg)", _round_args(2, 2, 2, "sgd", 1.0, 0.0)),
+             ("4 non-IID workers, H = 1", _round_args(3, 4, 1, noniid=True))]
+
+    def compare(label: str, got: Any, expected: tuple) -> None:
+        new_global, outer, states, info = assert_tuple(label, "the result (new_global, outer_state, worker_states, info)",
+                                                       got, 4)
+        assert_array_dict(label, "new global params", new_global, expected[0], **TOL)
+        if not isinstance(outer, Mapping) or outer.get("step") != expected[1]["step"]:
+            raise CheckFailure(f"[{label}] outer_state['step'] must be {expected[1]['step']}")
+        assert_array_dict(label, "outer_state['momentum_buffer']", outer["momentum_buffer"],
+                          expected[1]["momentum_buffer"], **TOL)
+        if not isinstance(states, list) or len(states) != len(expected[2]):
+            raise CheckFailure(f"[{label}] worker_states must be a list of {len(expected[2])} AdamW states")
+        for j, (s, e) in enumerate(zip(states, expected[2])):
+            if not isinstance(s, Mapping) or s.get("step") != e["step"]:
+                raise CheckFailure(f"[{label}] worker_states[{j}]['step'] must be {e['step']}: each worker keeps its "
+                                   "own optimizer state across rounds (never averaged, never reset)")
+            assert_array_dict(label, f"worker_states[{j}]['m']", s["m"], e["m"], **TOL)
+            assert_array_dict(label, f"worker_states[{j}]['v']", s["v"], e["v"], **TOL)
+        if not isinstance(info, Mapping) or set(info) != set(expected[3]):
+            raise CheckFailure(f"[{label}] info must be a dict with keys {sorted(expected[3])}")
+        assert_scalar(label, "info['train_loss']", info["train_loss"], expected[3]["train_loss"], **TOL)
+        assert_array(label, "info['worker_losses']", info["worker_losses"], expected[3]["worker_losses"], **TOL)
+        if info["bytes_communicated"] != expected[3]["bytes_communicated"]:
+            raise CheckFailure(f"[{label}] info['bytes_communicated'] is {info['bytes_communicated']!r}, expected "
+                               f"{expected[3]['bytes_communicated']} (every worker's parameters, counted per worker)")
+
+    def bad(where: int | str, change: Callable[[Any], Any]) -> Callable[[], Args]:
+        """Valid round arguments with one positional (index) or keyword (name) argument changed."""
+        def make() -> Args:
+            args, kwargs = _round_args(0, 2, 2)()
+            args = list(args)
+            if isinstance(where, str):
+                kwargs[where] = change(kwargs[where])
+            else:
+                args[where] = change(args[where])
+            return tuple(args), kwargs
+        return make
+
+    invalid = [("H = 0", BAD, "H", bad("H", lambda _: 0)),
+               ("one rng for two workers", BAD, "rngs", bad(4, lambda rngs: rngs[:1])),
+               ("three worker states for two shards", BAD, "worker_states", bad(2, lambda s: [s[0], s[1], s[0]])),
+               ("outer_momentum = 1", BAD, "momentum", bad("outer_momentum", lambda _: 1.0))]
+    return run_cases("diloco_round", fn, ref_loop.diloco_round, cases, compare, invalid)
+
+
+# --- Lessons 26 and 27 -----------------------------------------------------------------------------
+SMALL = {"n_examples": 120, "d_in": 4, "n_classes": 3, "hidden_sizes": (8,), "num_workers": 3, "inner_steps": 3,
+         "rounds": 3, "batch_size": 8, "progress": False}
+RUN_CONFIGS = [
+    ("3 IID workers, H = 3, 3 rounds", SMALL),
+    ("2 non-IID workers (alpha 0.3)", {**SMALL, "sharding": "noniid", "dirichlet_alpha": 0.3, "num_workers": 2}),
+    ("1 worker, H = 2, 2 rounds", {**SMALL, "num_workers": 1, "inner_steps": 2, "rounds": 2}),
+    ("inner SGD, outer lr 1, momentum 0", {**SMALL, "inner_optimizer": "sgd", "inner_lr": 0.1, "outer_lr": 1.0,
+                                           "outer_momentum": 0.0, "seed": 5}),
+    ("a DiLoCoConfig, two hidden layers", ref_loop.DiLoCoConfig(**{**SMALL, "hidden_sizes": (6, 5), "data_seed": 3})),
+]
+BAD_CONFIGS = [
+    ("inner_steps (H) = 0", "inner_steps", {**SMALL, "inner_steps": 0}),
+    ("num_workers = 0", "num_workers", {**SMALL, "num_workers": 0}),
+    ("num_workers = 500, more than the examples", "num_workers", {**SMALL, "num_workers": 500}),
+    ("non-IID with dirichlet_alpha = 0", "dirichlet_alpha", {**SMALL, "sharding": "noniid", "dirichlet_alpha": 0.0}),
+    ("an unknown key 'H'", "H", {**SMALL, "H": 4}),
+    ("config = 5", "config", 5),
+]
+
+
+def _compare_record(label: str, got: Any, expected: dict) -> None:
+    if not isinstance(got, Mapping) or set(got) != set(expected):
+        raise CheckFailure(f"[{label}] the run record must be a dict with keys {sorted(expected)}, got "
+                           f"{sorted(map(str, got)) if isinstance(got, Mapping) else type(got).__name__}")
+    for key in ("algorithm", "config", "seeds", "shard_sizes", "examples_processed"):
+        if got[key] != expected[key]:
+            raise CheckFailure(f"[{label}] record[{key!r}] is {got[key]!r}, expected {expected[key]!r}")
+    for key in ("heldout_loss", "heldout_accuracy"):
+        assert_scalar(label, f"record['initial'][{key!r}]", got["initial"][key], expected["initial"][key], **TOL)
+    hist, want = got["history"], expected["history"]
+    if not isinstance(hist, list) or len(hist) != len(want):
+        raise CheckFailure(f"[{label}] record['history'] must be a list of {len(want)} rounds")
+    for r, (h, e) in enumerate(zip(hist, want)):
+        if not isinstance(h, Mapping) or set(h) != set(e):
+            raise CheckFailure(f"[{label}] history[{r}] must have the keys {sorted(e)}")
+        for key in ("round", "steps", "bytes_communicated", "cumulative_bytes"):
+            if h[key] != e[key]:
+                raise CheckFailure(f"[{label}] history[{r}][{key!r}] is {h[key]!r}, expected {e[key]!r}")
+        for key in ("train_loss", "heldout_loss", "heldout_accuracy"):
+            assert_scalar(label, f"history[{r}][{key!r}]", h[key], e[key], **TOL)
+    assert_array_dict(label, "record['final_params']", got["final_params"], expected["final_params"], **TOL)
+    w = got["wall_time_s"]
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+        raise CheckFailure(f"[{label}] record['wall_time_s'] must be the run's seconds (a number >= 0), got {w!r}")
+
+
+def _check_trainer(name: str, fn: Callable[..., Any], reference: Callable[..., Any]) -> str:
+    cases = [(label, _args(config)) for label, config in RUN_CONFIGS]
+    invalid = [(label, BAD, arg, _args(config)) for label, arg, config in BAD_CONFIGS]
+    return run_cases(name, fn, reference, cases, _compare_record, invalid)
+
+
+def check_train_diloco(fn: Callable[..., Any]) -> str:
+    """The whole run record of small DiLoCo runs: config, seeds, every round's metrics and bytes, final params."""
+    return _check_trainer("train_diloco", fn, ref_loop.train_diloco)
+
+
+def check_train_synchronous_baseline(fn: Callable[..., Any]) -> str:
+    """The baseline's run record on the same configs: same batches, one all-reduce per step, AdamW on the mean."""
+    return _check_trainer("train_synchronous_baseline", fn, ref_loop.train_synchronous_baseline)
+
+
+# --- Lessons 28 and 29 -----------------------------------------------------------------------------
+def _eval_cases() -> list[tuple[str, Callable[[], Args]]]:
+    def case(i: int, sizes: list[int], n: int, scale: float = 1.0, dtype: type = np.float32) -> Callable[[], Args]:
+        params = {k: (v * scale).astype(dtype) for k, v in init_model_params(sizes, rng_for(i, 360)).items()}
+        X, y = _data(n, sizes[0], sizes[-1], 361 + i)
+        return _args(params, X.astype(dtype), y)
+
+    zero = {k: np.zeros_like(v) for k, v in init_model_params([4, 5, 3], rng_for(0, 362)).items()}
+    return [("8 examples, 3 classes", case(0, [4, 8, 3], 8)), ("one example", case(1, [3, 5, 2], 1)),
+            ("weights x300: logits near 1e5", case(2, [4, 6, 3], 10, 300.0)),
+            ("two hidden layers, float64", case(3, [3, 6, 6, 4], 12, dtype=np.float64)),
+            ("all-zero parameters (every logit tied), unbalanced labels",
+             _args(zero, _data(9, 4, 3, 363)[0], np.array([0, 0, 0, 0, 1, 2, 1, 0, 2])))]
+
+
+def _eval_invalid() -> list:
+    p = init_model_params([3, 4, 2], rng_for(0, 1))
+    X, y = _data(5, 3, 2, 6)
+    return [("a label equal to the number of classes", (ValueError,), "y", _args(p, X, np.array([0, 1, 2, 0, 1]))),
+            ("X with 4 features for W0's 3", BAD, "X", _args(p, np.ones((5, 4), np.float32), y)),
+            ("4 labels for 5 examples", BAD, "y", _args(p, X, y[:4]))]
+
+
+def check_evaluate_heldout_loss(fn: Callable[..., Any]) -> str:
+    """Mean cross-entropy of the model on given data, finite for logits near 1e5."""
+    def compare(label: str, got: Any, expected: float) -> None:
+        assert_scalar(label, "held-out loss", got, expected, rtol=1e-5, atol=1e-6)
+
+    return run_cases("evaluate_heldout_loss", fn, ref_eval.evaluate_heldout_loss, _eval_cases(), compare, _eval_invalid())
+
+
+def check_classification_accuracy(fn: Callable[..., Any]) -> str:
+    """Fraction whose largest logit is the label (ties to the lowest index), a float in [0, 1]."""
+    def compare(label: str, got: Any, expected: float) -> None:
+        assert_scalar(label, "accuracy", got, expected, rtol=0.0, atol=1e-12)
+
+    return run_cases("classification_accuracy", fn, ref_eval.classification_accuracy, _eval_cases(), compare,
+                     _eval_invalid())
+
+
+# --- Lesson 30 -------------------------------------------------------------------------------------
+def _history(losses: list[float], accs: list[float], steps_per_round: int, bytes_per_round: int) -> list[dict]:
+    return [{"round": r + 1, "steps": (r + 1) * steps_per_round, "train_loss": l + 0.1, "heldout_loss": l,
+             "heldout_accuracy": a, "bytes_communicated": bytes_per_round, "cumulative_bytes": (r + 1) * bytes_per_round}
+            for r, (l, a) in enumerate(zip(losses, accs))]
+
+
+def check_communication_savings(fn: Callable[..., Any]) -> str:
+    """Target = the worse of the two bests; first round reaching it; bytes ratio there; bytes per step ratio = H."""
+    P = 4 * 1000 * 4  # 4 workers, 1000 float32 parameters
+    diloco = _history([2.0, 1.1, 0.7, 0.55, 0.5, 0.52], [0.3, 0.6, 0.75, 0.8, 0.82, 0.81], 10, P)
+    sync = _history(list(np.linspace(2.0, 0.45, 30)), list(np.linspace(0.3, 0.85, 30)), 2, 2 * P)
+    better = _history([1.5, 0.6, 0.4, 0.3, 0.35, 0.38], [0.4, 0.8, 0.9, 0.92, 0.91, 0.9], 10, P)
+    bumpy = _history([1.0, 0.6, 0.9, 0.58, 0.5, 0.7], [0.5, 0.8, 0.6, 0.79, 0.83, 0.7], 5, P)
+    cases = [("DiLoCo H = 10 vs a baseline logged every 2 steps", _args(diloco, sync)),
+             ("the same, matched on accuracy", _args(diloco, sync, "heldout_accuracy")),
+             ("DiLoCo better than the baseline", _args(better, sync)),
+             ("a curve that goes back up", _args(bumpy, sync)), ("a curve that goes back up, accuracy",
+                                                               _args(bumpy, sync, "heldout_accuracy"))]
+
+    def compare(label: str, got: Any, expected: dict) -> None:
+        if not isinstance(got, Mapping) or set(got) != set(expected):
+            raise CheckFailure(f"[{label}] must return a dict with keys {sorted(expected)}")
+        for key, value in expected.items():
+            if isinstance(value, str):
+                if got[key] != value:
+                    raise CheckFailure(f"[{label}] {key} is {got[key]!r}, expected {value!r}")
+            else:
+                assert_scalar(label, key, got[key], float(value), rtol=1e-9, atol=1e-12)
+
+    invalid = [("metric = 'accuracy'", BAD, "metric", _args(diloco, sync, "accuracy")),
+               ("an empty DiLoCo history", BAD, "diloco_history", _args([], sync)),
+               ("a baseline round without 'cumulative_bytes'", BAD, "sync_history",
+                _args(diloco, [{k: v for k, v in e.items() if k != "cumulative_bytes"} for e in sync]))]
+    return run_cases("communication_savings", fn, ref_eval.communication_savings, cases, compare, invalid)

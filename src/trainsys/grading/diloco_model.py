@@ -1,0 +1,212 @@
+"""Checks behind the hidden tests of Module 2, Part 1 (lessons 1–6: the MLP classifier).
+
+Depths from 1 to 4 layers, square widths that expose a transposed matrix, batch 1, float32 and
+float64, non-zero biases, logits of ±1e4 that overflow any softmax computed without subtracting the
+row maximum, rows whose scales differ by 1e4 (a global maximum underflows them), exact zeros before
+a ReLU, labels at both ends of their range.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from trainsys.diloco import model as ref
+from trainsys.grading._harness import (
+    Args,
+    CheckFailure,
+    assert_array,
+    assert_array_dict,
+    assert_scalar,
+    assert_tuple,
+    rng_for,
+    run_cases,
+)
+
+__all__ = [
+    "check_init_model_params",
+    "check_relu",
+    "check_model_forward",
+    "check_softmax",
+    "check_cross_entropy_loss",
+    "check_model_backward",
+]
+
+BAD = (TypeError, ValueError)
+
+
+def _args(*args: Any, **kwargs: Any) -> Callable[[], Args]:
+    """A factory returning fresh deep copies of fixed arguments, one set per call."""
+    return lambda: copy.deepcopy((args, kwargs))
+
+
+def _normal(seed: int, shape: tuple[int, ...], dtype: type = np.float32, std: float = 1.0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(shape) * std).astype(dtype)
+
+
+def _params(sizes: list[int], seed: int, dtype: type = np.float32) -> dict[str, np.ndarray]:
+    """Parameters with non-zero biases (a forgotten bias changes the result)."""
+    rng = np.random.default_rng(seed)
+    p = ref.init_model_params(sizes, rng)
+    for l in range(len(sizes) - 1):
+        p[f"b{l}"] = (rng.standard_normal(sizes[l + 1]) * 0.3).astype(np.float32)
+    return {k: v.astype(dtype) for k, v in p.items()}
+
+
+def _labels(seed: int, n: int, n_classes: int) -> np.ndarray:
+    y = np.random.default_rng(seed).integers(0, n_classes, n)
+    y[0], y[-1] = 0, n_classes - 1  # both ends of the range
+    return y
+
+
+NETS = [([3, 5, 2], 4), ([4, 4, 4, 4], 3), ([2, 3], 1), ([5, 7, 6, 3], 6), ([6, 8, 8, 8, 4], 5)]
+"""(sizes, batch): 1 to 4 layers, square and rectangular, batch 1."""
+
+
+# --- Lesson 1 --------------------------------------------------------------------------------------
+def check_init_model_params(fn: Callable[..., Any]) -> str:
+    """Keys W0, b0, …; shapes; float32; He √(2/fan_in) before a ReLU, √(1/fan_in) at the output; draw order."""
+    sizes = [[3, 5, 2], [1, 1], [4, 4, 4, 4], [16, 32, 32, 10], [300, 200, 3]]
+    cases = [(f"sizes={s}", (lambda i, s: lambda: ((list(s), rng_for(i, 2001)), {}))(i, s))
+             for i, s in enumerate(sizes)]
+    cases.append(("sizes as a tuple", lambda: (((6, 9, 4), rng_for(9, 2001)), {})))
+
+    def compare(label: str, got: Any, expected: dict) -> None:
+        assert_array_dict(label, "params", got, expected, rtol=1e-5, atol=1e-7)
+
+    invalid = [
+        ("sizes = [4] (no output layer)", BAD, "sizes", lambda: (([4], rng_for(0, 1)), {})),
+        ("a zero width", BAD, "sizes", lambda: (([3, 0, 2], rng_for(0, 1)), {})),
+        ("rng = 0 (a seed, not a Generator)", BAD, "rng", lambda: (([3, 4, 2], 0), {})),
+    ]
+    return run_cases("init_model_params", fn, ref.init_model_params, cases, compare, invalid)
+
+
+# --- Lesson 2 --------------------------------------------------------------------------------------
+def check_relu(fn: Callable[..., Any]) -> str:
+    """``max(x, 0)`` on any rank, dtype kept, NaN propagated (a diverged run must stay visible)."""
+    special = np.array([[-2.0, -0.0, 0.0, 1e-30, np.nan], [-1e-30, 7.0, -np.inf, np.inf, -0.25]], np.float32)
+    cases = [
+        ("hand-made values incl. ±0, ±inf and NaN", _args(special)),
+        ("(4, 6) float32", _args(_normal(1, (4, 6)))),
+        ("(1, 1) negative", _args(np.array([[-3.0]], np.float32))),
+        ("(3, 2, 5) float64", _args(_normal(2, (3, 2, 5), np.float64))),
+        ("(7,) float16", _args(_normal(3, (7,), np.float16))),
+    ]
+
+    def compare(label: str, got: Any, expected: np.ndarray) -> None:
+        assert_array(label, "relu(x)", got, expected, exact=True)
+
+    invalid = [
+        ("integer array", BAD, "x", _args(np.array([1, -2]))),
+        ("a Python list", BAD, "x", _args([1.0, -2.0])),
+    ]
+    return run_cases("relu", fn, ref.relu, cases, compare, invalid)
+
+
+# --- Lesson 3 --------------------------------------------------------------------------------------
+def check_model_forward(fn: Callable[..., Any]) -> str:
+    """Logits and the cache {A0 = X itself, A1, …, logits} for 1 to 4 layers, float32 and float64."""
+    cases = [(f"sizes={s}, batch={n}", _args(_params(s, 10 + i), _normal(20 + i, (n, s[0]))))
+             for i, (s, n) in enumerate(NETS)]
+    cases.append(("float64 parameters and input", _args(_params([3, 4, 2], 30, np.float64),
+                                                        _normal(31, (5, 3), np.float64))))
+
+    def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
+        logits, cache = assert_tuple(label, "the result (logits, cache)", got, 2)
+        assert_array(label, "logits", logits, expected[0])
+        assert_array_dict(label, "cache", cache, expected[1])
+        if not np.shares_memory(cache["A0"], inputs[0][1]):
+            raise CheckFailure(f"[{label}] cache['A0'] must be X itself, not a copy (X already exists)")
+
+    p = _params([3, 4, 2], 7)
+    invalid = [
+        ("X has 5 features, W0 expects 3", BAD, "X", _args(p, _normal(8, (2, 5)))),
+        ("X is 1-D", BAD, "X", _args(p, _normal(8, (3,)))),
+        ("params without 'b1'", BAD, "params", _args({k: v for k, v in p.items() if k != "b1"}, _normal(9, (2, 3)))),
+    ]
+    return run_cases("model_forward", fn, ref.model_forward, cases, compare, invalid, compare_with_inputs=True)
+
+
+# --- Lesson 4 --------------------------------------------------------------------------------------
+def check_softmax(fn: Callable[..., Any]) -> str:
+    """Row-wise, max-subtracted: finite at ±1e4, rows of very different scales, float32 and float64."""
+    huge = np.array([[1e4, -1e4, 0.0], [-1e4, -1e4, -1e4], [5e3, 5e3, -5e3]], np.float32)
+    scales = np.array([[1e4, 1e4 - 1.0, 1e4 - 3.0], [-1e4, -1e4 + 2.0, -1e4 + 1.0]], np.float32)
+    cases = [
+        ("(4, 5) standard normal", _args(_normal(40, (4, 5)))),
+        ("logits of ±1e4 (exp overflows without the max)", _args(huge)),
+        ("rows at +1e4 and -1e4 (a global max underflows the second)", _args(scales)),
+        ("one example, one class", _args(np.array([[3.5]], np.float32))),
+        ("(3, 3) float64", _args(_normal(41, (3, 3), np.float64, 10.0))),
+        ("(2, 7) with a large common offset", _args(_normal(42, (2, 7)) + np.float32(800.0))),
+    ]
+
+    def compare(label: str, got: Any, expected: np.ndarray) -> None:
+        assert_array(label, "probabilities", got, expected, rtol=1e-5, atol=1e-7)
+
+    invalid = [
+        ("1-D logits", BAD, "logits", _args(_normal(1, (4,)))),
+        ("integer logits", BAD, "logits", _args(np.array([[1, 2]]))),
+    ]
+    return run_cases("softmax", fn, ref.softmax, cases, compare, invalid)
+
+
+# --- Lesson 5 --------------------------------------------------------------------------------------
+def check_cross_entropy_loss(fn: Callable[..., Any]) -> str:
+    """Mean over the batch by log-sum-exp: finite and exact at ±1e4, batch 1, two classes, float64."""
+    huge = np.array([[1e4, -1e4, 0.0], [-1e4, 1e4, 0.0], [0.0, 0.0, 1e4]], np.float32)
+    cases = [
+        ("(6, 4) standard normal", _args(_normal(50, (6, 4)), _labels(51, 6, 4))),
+        ("logits of ±1e4, some labels on the -1e4 logit", _args(huge, np.array([1, 0, 2]))),
+        ("batch of 1", _args(_normal(52, (1, 5)), np.array([4]))),
+        ("two classes, batch 9", _args(_normal(53, (9, 2), std=3.0), _labels(54, 9, 2))),
+        ("float64, scale 30", _args(_normal(55, (5, 3), np.float64, 30.0), _labels(56, 5, 3))),
+        ("every label the same class", _args(_normal(57, (4, 3)), np.full(4, 2))),
+    ]
+
+    def compare(label: str, got: Any, expected: float) -> None:
+        assert_scalar(label, "loss", got, expected, rtol=1e-5, atol=1e-6)
+
+    logits = _normal(1, (3, 4))
+    invalid = [
+        ("a label equal to the number of classes", (ValueError,), "y", _args(logits, np.array([0, 4, 1]))),
+        ("a negative label", (ValueError,), "y", _args(logits, np.array([0, -1, 1]))),
+        ("float labels", BAD, "y", _args(logits, np.array([0.0, 1.0, 2.0]))),
+        ("2 labels for 3 examples", BAD, "y", _args(logits, np.array([0, 1]))),
+    ]
+    return run_cases("cross_entropy_loss", fn, ref.cross_entropy_loss, cases, compare, invalid)
+
+
+# --- Lesson 6 --------------------------------------------------------------------------------------
+def check_model_backward(fn: Callable[..., Any]) -> str:
+    """Every layer's gradients, incl. exact zeros before a ReLU, batch 1, 1 to 4 layers, float64."""
+
+    def case(i: int, sizes: list[int], n: int, zero_rows: bool = False, dtype: type = np.float32) -> Callable[[], Args]:
+        params = _params(sizes, 60 + i, dtype)
+        X = _normal(70 + i, (n, sizes[0]), dtype)
+        if zero_rows:
+            params["b0"][:] = 0.0
+            X[::2] = 0.0  # Z0 is exactly 0 on these rows: the ReLU convention at 0 decides
+        _, cache = ref.model_forward(params, X)
+        return _args(params, cache, _labels(80 + i, n, sizes[-1]))
+
+    cases = [(f"sizes={s}, batch={n}", case(i, s, n)) for i, (s, n) in enumerate(NETS)]
+    cases.append(("zero input rows and zero first bias", case(7, [4, 6, 3], 6, zero_rows=True)))
+    cases.append(("float64", case(8, [3, 5, 5, 2], 4, dtype=np.float64)))
+
+    def compare(label: str, got: Any, expected: dict) -> None:
+        assert_array_dict(label, "grads", got, expected)
+
+    p = _params([3, 4, 2], 7)
+    _, cache = ref.model_forward(p, _normal(8, (5, 3)))
+    invalid = [
+        ("a label out of range", (ValueError,), "y", _args(p, cache, np.array([0, 1, 2, 0, 1]))),
+        ("4 labels for 5 examples", BAD, "y", _args(p, cache, np.array([0, 1, 0, 1]))),
+        ("cache without 'logits'", BAD, "cache", _args(p, {k: v for k, v in cache.items() if k != "logits"},
+                                                      np.zeros(5, np.int64))),
+    ]
+    return run_cases("model_backward", fn, ref.model_backward, cases, compare, invalid)

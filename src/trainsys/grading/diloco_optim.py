@@ -1,0 +1,351 @@
+"""Checks behind the hidden tests of Module 2, Parts 2, 3 and 5 (lessons 7–15 and 21–24): AdamW,
+parameter-tree arithmetic, and the Nesterov outer optimizer.
+
+Trees mix rectangular, square and vector entries; states are fresh (step 0) and mid-run (random
+moments and buffers); float32 and float64. Large learning rates and decays make the order of the
+decoupled decay visible; momentum 0 and lr 1 reduce the outer step to FedAvg. Every function must
+return new arrays (sharing memory with an input, or mutating it, fails the case).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from trainsys.diloco import adamw as ref_adamw
+from trainsys.diloco import outer as ref_outer
+from trainsys.diloco import params as ref_params
+from trainsys.grading._harness import Args, CheckFailure, assert_array_dict, assert_tuple, run_cases
+
+__all__ = [
+    "check_init_adamw_state",
+    "check_update_moments",
+    "check_bias_correct_moments",
+    "check_adamw_param_step",
+    "check_decoupled_weight_decay",
+    "check_adamw_step",
+    "check_clone_params",
+    "check_scale_params",
+    "check_subtract_params",
+    "check_average_params",
+    "check_init_outer_optimizer",
+    "check_update_outer_momentum",
+    "check_nesterov_outer_step",
+    "check_compute_outer_gradient",
+]
+
+BAD = (TypeError, ValueError)
+SHAPES = {"W0": (4, 3), "b0": (3,), "W1": (3, 3), "b1": (1,)}
+
+
+def _args(*args: Any, **kwargs: Any) -> Callable[[], Args]:
+    return lambda: copy.deepcopy((args, kwargs))
+
+
+def _tree(seed: int, dtype: type = np.float32, std: float = 1.0, shapes: Mapping = SHAPES) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: (rng.standard_normal(s) * std).astype(dtype) for k, s in shapes.items()}
+
+
+def _state(seed: int, step: int, dtype: type = np.float32) -> dict[str, Any]:
+    """A mid-run AdamW state: random first moments, positive second moments."""
+    v = {k: np.square(a) for k, a in _tree(seed + 1, dtype, 0.1).items()}
+    return {"step": step, "m": _tree(seed, dtype, 0.1), "v": v}
+
+
+def _outer(seed: int, step: int, dtype: type = np.float32) -> dict[str, Any]:
+    return {"step": step, "momentum_buffer": _tree(seed, dtype, 0.1)}
+
+
+def _step_count(label: str, what: str, got: Any, expected: int) -> None:
+    if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, np.integer)) or got != expected:
+        raise CheckFailure(f"[{label}] {what} is {got!r}, expected {expected}")
+
+
+def _fresh(label: str, what: str, got: Mapping, *others: Mapping, against: str = "an input array") -> None:
+    """Fail when a result array is, or views, an array of ``others`` (described by ``against``)."""
+    for key, value in got.items():
+        for tree in others:
+            for other in tree.values():
+                if isinstance(value, np.ndarray) and np.shares_memory(value, other):
+                    raise CheckFailure(f"[{label}] {what}[{key!r}] shares memory with {against}; "
+                                       "return new arrays, so that updating one never changes the other")
+
+
+def _state_compare(label: str, got: Any, expected: Mapping, keys: tuple[str, ...], **tol: Any) -> None:
+    if not isinstance(got, Mapping) or set(got) != set(keys):
+        raise CheckFailure(f"[{label}] the state must be a dict with keys {sorted(keys)}, got "
+                           f"{sorted(map(str, got)) if isinstance(got, Mapping) else type(got).__name__}")
+    _step_count(label, "state['step']", got["step"], expected["step"])
+    for key in keys:
+        if key != "step":
+            assert_array_dict(label, f"state[{key!r}]", got[key], expected[key], **tol)
+
+
+# --- Lesson 7 --------------------------------------------------------------------------------------
+def check_init_adamw_state(fn: Callable[..., Any]) -> str:
+    """Step 0, zero m and v of each parameter's shape and dtype, m and v separate new arrays."""
+    cases = [("float32 tree", _args(_tree(1))), ("float64 tree", _args(_tree(2, np.float64))),
+             ("mixed float16/float64 tree", _args({"h": _tree(3, np.float16)["W0"], "d": _tree(4, np.float64)["b0"]})),
+             ("one (1, 1) array", _args({"W0": np.ones((1, 1), np.float32)}))]
+
+    def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
+        _state_compare(label, got, expected, ref_adamw.STATE_KEYS, exact=True)
+        _fresh(label, "state['m']", got["m"], inputs[0][0])
+        _fresh(label, "state['v']", got["v"], inputs[0][0])
+        _fresh(label, "state['m']", got["m"], got["v"], against="state['v'] (m and v must be separate arrays)")
+
+    invalid = [("params is a list", BAD, "params", _args([np.ones(3, np.float32)])),
+               ("an integer array", BAD, "params", _args({"W0": np.ones((2, 2), np.int64)}))]
+    return run_cases("init_adamw_state", fn, ref_adamw.init_adamw_state, cases, compare, invalid,
+                     compare_with_inputs=True)
+
+
+# --- Lesson 8 --------------------------------------------------------------------------------------
+def check_update_moments(fn: Callable[..., Any]) -> str:
+    """m ← β1 m + (1−β1) g, v ← β2 v + (1−β2) g², step + 1, from fresh and mid-run states."""
+    cases = [("fresh state, betas (0.9, 0.95)", _args(ref_adamw.init_adamw_state(_tree(5)), _tree(6), 0.9, 0.95)),
+             ("mid-run state at step 5", _args(_state(7, 5), _tree(9), 0.9, 0.95)),
+             ("betas (0.8, 0.999)", _args(_state(10, 2), _tree(12, std=3.0), 0.8, 0.999)),
+             ("betas (0, 0): the moments are g and g²", _args(_state(13, 1), _tree(15), 0.0, 0.0)),
+             ("float64", _args(_state(16, 3, np.float64), _tree(18, np.float64), 0.9, 0.95))]
+
+    def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
+        _state_compare(label, got, expected, ref_adamw.STATE_KEYS)
+        _fresh(label, "state['m']", got["m"], inputs[0][0]["m"], inputs[0][1])
+
+    s, g = _state(1, 1), _tree(2)
+    invalid = [("beta1 = 1", BAD, "beta1", _args(s, g, 1.0, 0.95)), ("beta2 = -0.1", BAD, "beta2", _args(s, g, 0.9, -0.1)),
+               ("grads['W0'] of shape (3, 4)", BAD, "W0", _args(s, {**g, "W0": np.ones((3, 4), np.float32)}, 0.9, 0.95))]
+    return run_cases("update_moments", fn, ref_adamw.update_moments, cases, compare, invalid, compare_with_inputs=True)
+
+
+# --- Lesson 9 --------------------------------------------------------------------------------------
+def check_bias_correct_moments(fn: Callable[..., Any]) -> str:
+    """m / (1 − β1^t), v / (1 − β2^t) at t = 1, 2, 10, 1000; step 0 is an error."""
+    cases = [(f"step {t}, betas {b}", _args(_state(20 + t, t)["m"], _state(20 + t, t)["v"], t, *b))
+             for t, b in ((1, (0.9, 0.95)), (2, (0.9, 0.95)), (10, (0.9, 0.999)), (1000, (0.9, 0.95)), (3, (0.5, 0.6)))]
+
+    def compare(label: str, got: Any, expected: tuple) -> None:
+        m_hat, v_hat = assert_tuple(label, "the result (m_hat, v_hat)", got, 2)
+        assert_array_dict(label, "m_hat", m_hat, expected[0])
+        assert_array_dict(label, "v_hat", v_hat, expected[1])
+
+    s = _state(1, 1)
+    invalid = [("step = 0", BAD, "step", _args(s["m"], s["v"], 0, 0.9, 0.95)),
+               ("step = 2.0", BAD, "step", _args(s["m"], s["v"], 2.0, 0.9, 0.95)),
+               ("v without 'b1'", BAD, "v", _args(s["m"], {k: v for k, v in s["v"].items() if k != "b1"}, 1, 0.9, 0.95))]
+    return run_cases("bias_correct_moments", fn, ref_adamw.bias_correct_moments, cases, compare, invalid)
+
+
+# --- Lesson 10 -------------------------------------------------------------------------------------
+def check_adamw_param_step(fn: Callable[..., Any]) -> str:
+    """θ − lr · m̂ / (√v̂ + ε), ε outside the root, tiny and large v̂, float64."""
+    def case(seed: int, lr: float, eps: float, v_scale: float = 1.0, dtype: type = np.float32) -> Callable[[], Args]:
+        s = _state(seed, 1, dtype)
+        return _args(_tree(seed + 5, dtype), s["m"], {k: v * dtype(v_scale) for k, v in s["v"].items()}, lr, eps)
+
+    cases = [("lr 1e-3, eps 1e-8", case(30, 1e-3, 1e-8)), ("lr 0.1, eps 1e-3", case(31, 0.1, 1e-3)),
+             ("tiny v_hat (1e-12 scale): eps matters", case(32, 1e-2, 1e-4, 1e-10)),
+             ("float64", case(33, 3e-3, 1e-8, dtype=np.float64))]
+
+    def compare(label: str, got: Any, expected: dict) -> None:
+        assert_array_dict(label, "new params", got, expected)
+
+    p, s = _tree(1), _state(2, 1)
+    invalid = [("lr = 0", BAD, "lr", _args(p, s["m"], s["v"], 0.0, 1e-8)),
+               ("eps = -1e-8", BAD, "eps", _args(p, s["m"], s["v"], 1e-3, -1e-8)),
+               ("m_hat missing 'W1'", BAD, "m_hat",
+                _args(p, {k: v for k, v in s["m"].items() if k != "W1"}, s["v"], 1e-3, 1e-8))]
+    return run_cases("adamw_param_step", fn, ref_adamw.adamw_param_step, cases, compare, invalid)
+
+
+# --- Lesson 11 -------------------------------------------------------------------------------------
+def check_decoupled_weight_decay(fn: Callable[..., Any]) -> str:
+    """θ (1 − lr λ) on every array, biases included; λ = 0 leaves the values unchanged."""
+    cases = [("lr 1e-3, weight_decay 0.1", _args(_tree(40), 1e-3, 0.1)),
+             ("lr 0.5, weight_decay 0.5", _args(_tree(41), 0.5, 0.5)),
+             ("weight_decay 0", _args(_tree(42), 0.1, 0.0)), ("float64", _args(_tree(43, np.float64), 0.2, 0.3))]
+
+    def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
+        assert_array_dict(label, "decayed params", got, expected)
+        _fresh(label, "decayed params", got, inputs[0][0])
+
+    invalid = [("weight_decay = -0.1", BAD, "weight_decay", _args(_tree(1), 1e-3, -0.1)),
+               ("lr = 0", BAD, "lr", _args(_tree(1), 0.0, 0.1))]
+    return run_cases("decoupled_weight_decay", fn, ref_adamw.decoupled_weight_decay, cases, compare, invalid,
+                     compare_with_inputs=True)
+
+
+def check_adamw_step(fn: Callable[..., Any]) -> str:
+    """One full AdamW step (equal to torch.optim.AdamW) from fresh and mid-run states; decay before the update."""
+    def case(seed: int, step: int, dtype: type = np.float32, **hp: Any) -> Callable[[], Args]:
+        state = ref_adamw.init_adamw_state(_tree(seed, dtype)) if step == 0 else _state(seed, step, dtype)
+        return _args(_tree(seed + 2, dtype), _tree(seed + 3, dtype), state, **hp)
+
+    cases = [("fresh state, lr 1e-3, default betas and decay", case(50, 0, lr=1e-3)),
+             ("state at step 7, lr 1e-2", case(51, 7, lr=1e-2)),
+             ("lr 0.1, weight_decay 0.5 (the decay's order shows)", case(52, 3, lr=0.1, weight_decay=0.5)),
+             ("weight_decay 0 (plain Adam)", case(53, 2, lr=1e-2, weight_decay=0.0)),
+             ("betas (0.8, 0.999), eps 1e-6", case(54, 4, lr=5e-3, beta1=0.8, beta2=0.999, eps=1e-6)),
+             ("float64", case(55, 9, np.float64, lr=3e-3, weight_decay=0.2))]
+
+    def compare(label: str, got: Any, expected: tuple) -> None:
+        new_params, new_state = assert_tuple(label, "the result (new_params, new_state)", got, 2)
+        assert_array_dict(label, "new_params", new_params, expected[0])
+        _state_compare(label, new_state, expected[1], ref_adamw.STATE_KEYS)
+
+    p, g, s = _tree(1), _tree(2), _state(3, 1)
+    invalid = [("lr = -1e-3", BAD, "lr", _args(p, g, s, -1e-3)),
+               ("weight_decay = -0.1", BAD, "weight_decay", _args(p, g, s, 1e-3, weight_decay=-0.1)),
+               ("grads missing 'b0'", BAD, "grads", _args(p, {k: v for k, v in g.items() if k != "b0"}, s, 1e-3))]
+    return run_cases("adamw_step", fn, ref_adamw.adamw_step, cases, compare, invalid)
+
+
+# --- Lesson 12 -------------------------------------------------------------------------------------
+def check_clone_params(fn: Callable[..., Any]) -> str:
+    """Equal values, keys and dtypes; a new dict whose arrays share no memory with the input."""
+    cases = [("float32 tree", _args(_tree(60))), ("mixed float16/float32/float64", _args(
+        {"h": _tree(61, np.float16)["W0"], "f": _tree(62)["b0"], "d": _tree(63, np.float64)["W1"]})),
+        ("an empty dict", _args({})), ("a 0-d array", _args({"s": np.array(2.5, np.float32)}))]
+
+    def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
+        assert_array_dict(label, "the clone", got, expected, exact=True)
+        if got is inputs[0][0]:
+            raise CheckFailure(f"[{label}] returned the same dict, not a copy")
+        _fresh(label, "the clone", got, inputs[0][0])
+
+    invalid = [("params is a list", BAD, "params", _args([np.ones(2, np.float32)])),
+               ("an integer array", BAD, "params", _args({"n": np.arange(3)}))]
+    return run_cases("clone_params", fn, ref_params.clone_params, cases, compare, invalid, compare_with_inputs=True)
+
+
+# --- Lesson 13 -------------------------------------------------------------------------------------
+def check_scale_params(fn: Callable[..., Any]) -> str:
+    """c · θ for every array in its own dtype, c negative and zero included; the input untouched."""
+    cases = [("c = 0.5", _args(_tree(70), 0.5)), ("c = -2", _args(_tree(71), -2.0)), ("c = 0", _args(_tree(72), 0.0)),
+             ("integer c = 3", _args(_tree(73), 3)), ("float16 and float64 arrays", _args(
+                 {"h": _tree(74, np.float16)["W0"], "d": _tree(75, np.float64)["b0"]}, 0.25))]
+
+    def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
+        assert_array_dict(label, "scaled params", got, expected)
+        _fresh(label, "scaled params", got, inputs[0][0])
+
+    invalid = [("c = nan", BAD, "c", _args(_tree(1), float("nan"))), ("c = '2'", BAD, "c", _args(_tree(1), "2"))]
+    return run_cases("scale_params", fn, ref_params.scale_params, cases, compare, invalid, compare_with_inputs=True)
+
+
+# --- Lesson 14 -------------------------------------------------------------------------------------
+def check_subtract_params(fn: Callable[..., Any]) -> str:
+    """a − b key by key; different keys or shapes raise instead of broadcasting."""
+    cases = [("float32 trees", _args(_tree(80), _tree(81))),
+             ("float64 trees", _args(_tree(82, np.float64), _tree(83, np.float64))),
+             ("a tree minus itself", _args(_tree(84), _tree(84)))]
+
+    def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
+        assert_array_dict(label, "a - b", got, expected)
+        _fresh(label, "a - b", got, inputs[0][0], inputs[0][1])
+
+    a = _tree(1)
+    invalid = [("b['b0'] of shape (1, 3) for a['b0'] (3,)", BAD, "b0", _args(a, {**a, "b0": np.ones((1, 3), np.float32)})),
+               ("b has an extra key", BAD, "b", _args(a, {**a, "extra": np.ones(2, np.float32)})),
+               ("b misses 'W1'", BAD, "b", _args(a, {k: v for k, v in a.items() if k != "W1"}))]
+    return run_cases("subtract_params", fn, ref_params.subtract_params, cases, compare, invalid, compare_with_inputs=True)
+
+
+# --- Lesson 15 -------------------------------------------------------------------------------------
+def check_average_params(fn: Callable[..., Any]) -> str:
+    """Uniform and weighted means; weights normalised (shard sizes work), zero weights allowed."""
+    trees = [_tree(90 + i) for i in range(4)]
+    cases = [("one tree", _args(trees[:1])), ("three trees, uniform", _args(trees[:3])),
+             ("weights [1, 2, 3]", _args(trees[:3], [1.0, 2.0, 3.0])),
+             ("shard sizes [10, 30] as weights", _args(trees[:2], [10, 30])),
+             ("a zero weight", _args(trees[:3], [0.0, 1.0, 1.0])),
+             ("weights as an array", _args(trees, np.array([0.1, 0.2, 0.3, 0.4]))),
+             ("float64 trees", _args([_tree(95, np.float64), _tree(96, np.float64)]))]
+
+    def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
+        assert_array_dict(label, "the average", got, expected)
+        for tree in inputs[0][0]:
+            _fresh(label, "the average", got, tree)
+
+    invalid = [("an empty list", BAD, "list_of_params", _args([])),
+               ("2 weights for 3 trees", BAD, "weights", _args(trees[:3], [1.0, 1.0])),
+               ("a negative weight", BAD, "weights", _args(trees[:2], [1.0, -1.0])),
+               ("weights summing to 0", BAD, "weights", _args(trees[:2], [0.0, 0.0])),
+               ("the second tree misses 'W0'", BAD, "W0",
+                _args([trees[0], {k: v for k, v in trees[1].items() if k != "W0"}]))]
+    return run_cases("average_params", fn, ref_params.average_params, cases, compare, invalid, compare_with_inputs=True)
+
+
+# --- Lesson 21 -------------------------------------------------------------------------------------
+def check_init_outer_optimizer(fn: Callable[..., Any]) -> str:
+    """Step 0 and a zero momentum buffer of each parameter's shape and dtype (new arrays)."""
+    cases = [("float32 tree", _args(_tree(100))), ("float64 tree", _args(_tree(101, np.float64))),
+             ("one (1, 1) array", _args({"W0": np.full((1, 1), 3.0, np.float32)}))]
+
+    def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
+        _state_compare(label, got, expected, ref_outer.OUTER_STATE_KEYS, exact=True)
+        _fresh(label, "state['momentum_buffer']", got["momentum_buffer"], inputs[0][0])
+
+    invalid = [("params is a list", BAD, "params", _args([np.ones(3, np.float32)]))]
+    return run_cases("init_outer_optimizer", fn, ref_outer.init_outer_optimizer, cases, compare, invalid,
+                     compare_with_inputs=True)
+
+
+# --- Lesson 22 -------------------------------------------------------------------------------------
+def check_update_outer_momentum(fn: Callable[..., Any]) -> str:
+    """b ← μ b + Δ (no dampening), step + 1, from zero and random buffers."""
+    cases = [("zero buffer, momentum 0.9", _args(ref_outer.init_outer_optimizer(_tree(110)), _tree(111), 0.9)),
+             ("random buffer at step 4, momentum 0.9", _args(_outer(112, 4), _tree(113), 0.9)),
+             ("momentum 0", _args(_outer(114, 2), _tree(115), 0.0)),
+             ("momentum 0.5, float64", _args(_outer(116, 1, np.float64), _tree(117, np.float64), 0.5))]
+
+    def compare(label: str, got: Any, expected: dict) -> None:
+        _state_compare(label, got, expected, ref_outer.OUTER_STATE_KEYS)
+
+    s, g = _outer(1, 1), _tree(2)
+    invalid = [("momentum = 1", BAD, "momentum", _args(s, g, 1.0)), ("momentum = -0.5", BAD, "momentum", _args(s, g, -0.5)),
+               ("outer_grad misses 'b1'", BAD, "outer_grad", _args(s, {k: v for k, v in g.items() if k != "b1"}, 0.9))]
+    return run_cases("update_outer_momentum", fn, ref_outer.update_outer_momentum, cases, compare, invalid)
+
+
+# --- Lesson 23 -------------------------------------------------------------------------------------
+def check_nesterov_outer_step(fn: Callable[..., Any]) -> str:
+    """torch.optim.SGD(nesterov=True): θ − lr (Δ + μ b') with the updated buffer; μ = 0, lr = 1 is FedAvg."""
+    fresh = ref_outer.init_outer_optimizer(_tree(120))
+    cases = [("fresh state, lr 0.7, momentum 0.9", _args(_tree(120), fresh, _tree(121), 0.7, 0.9)),
+             ("random buffer at step 5", _args(_tree(122), _outer(123, 5), _tree(124), 0.7, 0.9)),
+             ("lr 1, momentum 0 (FedAvg)", _args(_tree(125), _outer(126, 3), _tree(127), 1.0, 0.0)),
+             ("lr 0.1, momentum 0.5, float64", _args(_tree(128, np.float64), _outer(129, 2, np.float64),
+                                                   _tree(130, np.float64), 0.1, 0.5))]
+
+    def compare(label: str, got: Any, expected: tuple) -> None:
+        new_params, new_state = assert_tuple(label, "the result (new_params, new_state)", got, 2)
+        assert_array_dict(label, "new_params", new_params, expected[0])
+        _state_compare(label, new_state, expected[1], ref_outer.OUTER_STATE_KEYS)
+
+    p, s, g = _tree(1), _outer(2, 1), _tree(3)
+    invalid = [("lr = 0", BAD, "lr", _args(p, s, g, 0.0, 0.9)),
+               ("momentum = 1.5", BAD, "momentum", _args(p, s, g, 0.7, 1.5)),
+               ("outer_grad['W0'] transposed", BAD, "W0", _args(p, s, {**g, "W0": g["W0"].T.copy()}, 0.7, 0.9))]
+    return run_cases("nesterov_outer_step", fn, ref_outer.nesterov_outer_step, cases, compare, invalid)
+
+
+# --- Lesson 24 -------------------------------------------------------------------------------------
+def check_compute_outer_gradient(fn: Callable[..., Any]) -> str:
+    """θ_global − mean(θ_k) (original minus local) for 1, 3 and 8 workers."""
+    g = _tree(140)
+    cases = [("one worker", _args(g, [_tree(141)])), ("three workers", _args(g, [_tree(142 + i) for i in range(3)])),
+             ("eight workers, float64", _args(_tree(150, np.float64), [_tree(151 + i, np.float64) for i in range(8)])),
+             ("workers that did not move (zero)", _args(g, [copy.deepcopy(g), copy.deepcopy(g)]))]
+
+    def compare(label: str, got: Any, expected: dict) -> None:
+        assert_array_dict(label, "the outer gradient", got, expected)
+
+    invalid = [("no workers", BAD, "worker_params", _args(g, [])),
+               ("a worker missing 'b0'", BAD, "b0", _args(g, [_tree(1), {k: v for k, v in _tree(2).items() if k != "b0"}]))]
+    return run_cases("compute_outer_gradient", fn, ref_outer.compute_outer_gradient, cases, compare, invalid)

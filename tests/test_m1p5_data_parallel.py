@@ -1,0 +1,214 @@
+"""Module 1, Part 5: data parallelism against the one-worker step, torch, np.mean and the ring's byte formula."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from trainsys.memtrain import buckets as bk
+from trainsys.memtrain import data_parallel as dp
+from trainsys.memtrain import mlp
+from trainsys.memtrain import ring_allreduce as ring
+
+
+def _problem(n: int, dtype=np.float64, seed: int = 0):
+    X, Y = mlp.make_synthetic_regression_batch(n, 6, 3, np.random.default_rng(seed))
+    params = mlp.init_mlp_params(6, 16, 3, np.random.default_rng(seed + 1))
+    params["b1"] = np.random.default_rng(seed + 2).standard_normal(16).astype(np.float32) * 0.1
+    return {k: v.astype(dtype) for k, v in params.items()}, X.astype(dtype), Y.astype(dtype)
+
+
+def _full_batch_step(params, X, Y, lr):
+    Y_hat, cache = mlp.mlp_forward(params, X)
+    loss, dY = mlp.mse_loss_and_grad(Y_hat, Y)
+    return mlp.sgd_step(params, mlp.mlp_backward(params, cache, dY), lr), loss
+
+
+def test_m1_25_shards_are_contiguous_views_covering_every_example_once() -> None:
+    for n in range(1, 21):
+        X = np.arange(n, dtype=np.float64)[:, None]
+        for N in range(1, n + 1):
+            shards = dp.shard_dataset_across_workers(X, X * 2, N)
+            sizes = [len(x) for x, _ in shards]
+            assert sizes == [n // N + (k < n % N) for k in range(N)]
+            np.testing.assert_array_equal(np.concatenate([x for x, _ in shards]), X)
+            assert all(np.shares_memory(x, X) for x, _ in shards)
+
+
+def test_m1_26_summed_local_gradients_match_torch_and_combine_to_the_union_gradient() -> None:
+    params, X, Y = _problem(10)
+    shards = dp.shard_dataset_across_workers(X, Y, 3)  # sizes 4, 3, 3
+    local = [dp.compute_local_gradients(params, s) for s in shards]
+    t = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    X_k, Y_k = shards[0]
+    y_hat = torch.relu(torch.tensor(X_k) @ t["W1"] + t["b1"]) @ t["W2"] + t["b2"]
+    (((y_hat - torch.tensor(Y_k)) ** 2).mean(dim=1).sum()).backward()  # sum over examples of per-example means
+    for key in mlp.PARAM_KEYS:
+        np.testing.assert_allclose(local[0][0][key], t[key].grad.numpy(), rtol=1e-12, atol=1e-14)
+    Y_hat, cache = mlp.mlp_forward(params, X)
+    loss, dY = mlp.mse_loss_and_grad(Y_hat, Y)
+    full = mlp.mlp_backward(params, cache, dY)
+    assert [n_k for _, _, n_k in local] == [4, 3, 3]
+    assert sum(l for _, l, _ in local) / 10 == pytest.approx(loss, rel=1e-13)
+    for key in mlp.PARAM_KEYS:
+        np.testing.assert_allclose(sum(g[key] for g, _, _ in local) / 10, full[key], rtol=1e-12, atol=1e-14)
+
+
+def test_m1_27_all_reduce_mean_gives_every_worker_its_own_copy_of_np_mean() -> None:
+    rng = np.random.default_rng(0)
+    for N in range(1, 6):
+        arrays = [rng.standard_normal((3, 4)) for _ in range(N)]
+        before = [a.copy() for a in arrays]
+        out = dp.all_reduce_mean(arrays)
+        assert len(out) == N
+        for k, o in enumerate(out):
+            np.testing.assert_allclose(o, np.mean(arrays, axis=0), rtol=1e-14, atol=1e-15)
+            assert not any(np.shares_memory(o, x) for x in arrays + out[:k])
+        assert all(np.array_equal(a, b) for a, b in zip(arrays, before))
+
+
+RING_SIZES = [1, 5, 7, 12, 13, 29, 60]
+
+
+@pytest.mark.parametrize("N", range(1, 9))
+def test_m1_28_ring_equals_the_mean_and_the_naive_all_reduce(N: int) -> None:
+    rng = np.random.default_rng(N)
+    for numel in RING_SIZES:
+        for dtype in (np.float64, np.float32):
+            arrays = [rng.standard_normal(numel).astype(dtype) for _ in range(N)]
+            results, _ = ring.ring_all_reduce_mean(arrays)
+            naive = dp.all_reduce_mean(arrays)
+            tol = 1e-13 if dtype == np.float64 else 1e-5
+            for r in results:
+                assert r.dtype == dtype and r.shape == (numel,)
+                np.testing.assert_array_equal(r, results[0])  # every worker holds the same bits
+                np.testing.assert_allclose(r, np.mean(np.array(arrays, np.float64), axis=0), rtol=tol, atol=tol)
+                np.testing.assert_allclose(r, naive[0], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("N", range(1, 9))
+def test_m1_28_ring_log_schedule_and_exact_bytes(N: int) -> None:
+    for numel in RING_SIZES:
+        arrays = [np.ones(numel, np.float32) * k for k in range(N)]
+        _, log = ring.ring_all_reduce_mean(arrays)
+        assert len(log) == N * 2 * (N - 1)  # N = 1: no message at all
+        assert sorted({m["step"] for m in log}) == list(range(2 * (N - 1)))
+        for step in range(2 * (N - 1)):
+            msgs = [m for m in log if m["step"] == step]
+            assert sorted(m["sender"] for m in msgs) == list(range(N))
+            assert sorted(m["chunk"] for m in msgs) == list(range(N))  # each chunk moves once per step
+            assert all(m["receiver"] == (m["sender"] + 1) % N for m in msgs)
+            assert {m["phase"] for m in msgs} == {"reduce-scatter" if step < N - 1 else "all-gather"}
+        sent = ring.bytes_sent_per_worker(log, N)
+        assert sent == ring.ring_bytes_per_worker(numel, N, 4)
+        assert all(sum(m["sender"] == k for m in log) == 2 * (N - 1) for k in range(N))
+        S = 4 * numel
+        if numel % N == 0:
+            assert all(b * N == 2 * (N - 1) * S for b in sent)  # exactly 2(N−1)/N · S
+        assert all(b <= 2 * (N - 1) * math.ceil(numel / N) * 4 for b in sent)
+        assert all(b >= 2 * (N - 1) * (numel // N) * 4 for b in sent)
+
+
+@pytest.mark.parametrize(("n", "N"), [(12, 1), (12, 3), (10, 3), (10, 4), (7, 7), (97, 8)])
+def test_m1_29_data_parallel_step_equals_the_one_worker_step_in_float64(n: int, N: int) -> None:
+    params, X, Y = _problem(n)
+    new, loss, sent = dp.data_parallel_train_step(params, dp.shard_dataset_across_workers(X, Y, N), 0.1)
+    want, want_loss = _full_batch_step(params, X, Y, 0.1)
+    assert loss == pytest.approx(want_loss, rel=1e-12)
+    for key in mlp.PARAM_KEYS:
+        np.testing.assert_allclose(new[key], want[key], rtol=1e-12, atol=1e-14)
+    numel = sum(v.size for v in params.values())
+    assert sent == ring.ring_bytes_per_worker(numel, N, 8)
+
+
+def test_m1_29_matches_torch_sgd_on_the_union_batch() -> None:
+    params, X, Y = _problem(10)
+    t = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    opt = torch.optim.SGD(t.values(), lr=0.5)
+    y_hat = torch.relu(torch.tensor(X) @ t["W1"] + t["b1"]) @ t["W2"] + t["b2"]
+    ((y_hat - torch.tensor(Y)) ** 2).mean().backward()
+    opt.step()
+    new, _, _ = dp.data_parallel_train_step(params, dp.shard_dataset_across_workers(X, Y, 4), 0.5)
+    for key in mlp.PARAM_KEYS:
+        np.testing.assert_allclose(new[key], t[key].detach().numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_m1_29_float32_difference_is_rounding_only() -> None:
+    params, X, Y = _problem(97, np.float32)
+    new, _, _ = dp.data_parallel_train_step(params, dp.shard_dataset_across_workers(X, Y, 8), 1.0)
+    want, _ = _full_batch_step(params, X, Y, 1.0)
+    eps = np.finfo(np.float32).eps
+    for key in mlp.PARAM_KEYS:  # a few float32 roundings of the parameter and of the gradient's scale
+        scale = np.abs(params[key]).max() + np.abs(params[key] - want[key]).max()
+        assert np.abs(new[key] - want[key]).max() <= 64 * eps * scale, key
+
+
+def test_m1_29_averaging_the_shards_means_is_wrong_for_uneven_shards() -> None:
+    params, X, Y = _problem(10)
+    shards = dp.shard_dataset_across_workers(X, Y, 3)  # 4, 3, 3
+    means = [{k: g[k] / n_k for k in g} for g, _, n_k in (dp.compute_local_gradients(params, s) for s in shards)]
+    equal_weights = {k: sum(m[k] for m in means) / 3 for k in mlp.PARAM_KEYS}
+    Y_hat, cache = mlp.mlp_forward(params, X)
+    full = mlp.mlp_backward(params, cache, mlp.mse_loss_and_grad(Y_hat, Y)[1])
+    assert max(np.abs(equal_weights[k] - full[k]).max() for k in mlp.PARAM_KEYS) > 1e-4
+
+
+def test_m1_30_buckets_reverse_order_caps_and_round_trip() -> None:
+    rng = np.random.default_rng(0)
+    shapes = [(3, 8), (8,), (8, 8), (8,), (30,), (2,)]
+    grads = {f"p{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    reverse = list(grads)[::-1]
+    for cap in (1, 8, 32, 100, 256, 257, 10_000):
+        for first in (None, 16, 64):
+            buckets = bk.bucket_gradients(grads, cap, first)
+            assert [k for b in buckets for k in b["keys"]] == reverse
+            np.testing.assert_array_equal(np.concatenate([b["flat"] for b in buckets]),
+                                          np.concatenate([grads[k].ravel() for k in reverse]))
+            for i, b in enumerate(buckets):
+                limit = cap if i or first is None else first
+                assert b["bytes"] == b["flat"].nbytes and (b["bytes"] <= limit or len(b["keys"]) == 1)
+                if i + 1 < len(buckets):  # closed only because the next array would not fit
+                    assert b["bytes"] + grads[buckets[i + 1]["keys"][0]].nbytes > limit
+            back = bk.unbucket_gradients(buckets, grads)
+            assert list(back) == list(grads) and all(np.array_equal(back[k], grads[k]) for k in grads)
+    counts = bk.collectives_per_step(grads, [1, 8, 32, 100, 256, 10_000])
+    assert counts[0] == len(grads) and counts[-1] == 1 and counts == sorted(counts, reverse=True)
+
+
+def test_m1_30_ddp_defaults_and_torch_overshooting_rule() -> None:
+    assert bk.DDP_FIRST_BUCKET_CAP_BYTES == dist._DEFAULT_FIRST_BUCKET_BYTES
+    assert bk.DDP_BUCKET_CAP_BYTES == 25 * 2**20
+    sizes = [1, 4, 2, 3, 3]  # float32 elements, already in reverse parameter order
+    torch_buckets, _ = dist._compute_bucket_assignment_by_size([torch.zeros(s) for s in sizes], [24])
+    assert torch_buckets == [[0, 1, 2], [3, 4]]  # torch closes a bucket after it reaches 24 bytes: 28 bytes
+    ours = bk.assign_buckets([4 * s for s in sizes], 24)
+    assert ours == [[0, 1], [2, 3], [4]] and all(sum(4 * sizes[i] for i in b) <= 24 for b in ours)
+
+
+BAD = [
+    (dp.shard_dataset_across_workers, (np.ones((4, 2)), np.ones((4, 1)), 0), ValueError, "num_workers"),
+    (dp.shard_dataset_across_workers, (np.ones((4, 2)), np.ones((4, 1)), 5), ValueError, "num_workers"),
+    (dp.shard_dataset_across_workers, (np.ones((4, 2)), np.ones((4, 1)), 2.0), TypeError, "num_workers"),
+    (dp.compute_local_gradients, (_problem(4)[0], (np.ones((0, 6)), np.ones((0, 3)))), ValueError, "shard"),
+    (dp.all_reduce_mean, ([np.ones(3), np.ones(4)],), ValueError, "worker_arrays"),
+    (dp.all_reduce_mean, ([],), ValueError, "worker_arrays"),
+    (ring.ring_all_reduce_mean, ([np.ones((2, 3)), np.ones((3, 2))],), ValueError, "worker_arrays"),
+    (ring.ring_all_reduce_mean, ([np.ones(3), np.ones(3, np.float32)],), ValueError, "worker_arrays"),
+    (dp.data_parallel_train_step, (_problem(4)[0], [], 0.1), ValueError, "shards"),
+    (dp.data_parallel_train_step, (*_problem(4)[:1], [_problem(4)[1:]], 0.0), ValueError, "lr"),
+    (bk.bucket_gradients, ({"w": np.ones(3)}, 0), ValueError, "bucket_cap_bytes"),
+    (bk.bucket_gradients, ({"w": np.ones(3)}, -1), ValueError, "bucket_cap_bytes"),
+    (bk.bucket_gradients, ({"w": np.ones(3)}, 8, 0), ValueError, "first_bucket_cap_bytes"),
+    (bk.bucket_gradients, ({"w": np.ones(3), "b": np.ones(3, np.float32)}, 8), ValueError, "grads"),
+]
+
+
+@pytest.mark.parametrize(("fn", "args", "error", "argument"), BAD,
+                         ids=[f"{b[0].__name__}-{b[3]}-{i}" for i, b in enumerate(BAD)])
+def test_m1_part5_bad_input_names_the_argument(fn, args, error, argument) -> None:
+    with pytest.raises(error, match=argument):
+        fn(*args)

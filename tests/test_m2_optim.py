@@ -1,0 +1,233 @@
+"""Module 2, Parts 2, 3 and 5 (lessons 7–15, 21–24): AdamW, tree arithmetic and the outer optimizer.
+
+Oracles: ``torch.optim.AdamW`` over 150 steps (float64 to 1e-12, float32 to rounding) and on real
+training of the MLP; ``torch.optim.Adam(weight_decay=…)`` (Adam + L2) as the thing AdamW is not;
+``torch.optim.SGD(momentum=0.9, nesterov=True)``; closed forms (the first bias-corrected step is
+lr·sign(g); outer lr 1 without momentum is plain averaging; ``H = 1`` SGD's pseudo-gradient is lr·ḡ).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from trainsys.diloco import adamw, model, outer
+from trainsys.diloco import params as tree
+
+SHAPES = {"W0": (5, 4), "b0": (4,), "W1": (4, 4), "b1": (4,)}
+
+
+def _tree(seed: int, dtype: type = np.float64, std: float = 1.0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: (rng.standard_normal(s) * std).astype(dtype) for k, s in SHAPES.items()}
+
+
+def _torch_params(p: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {k: torch.tensor(v, requires_grad=True) for k, v in p.items()}
+
+
+# --- Lessons 7–10 ----------------------------------------------------------------------------------
+def test_m2_07_init_adamw_state_is_zero_and_separate() -> None:
+    p = _tree(0, np.float32)
+    s = adamw.init_adamw_state(p)
+    assert s["step"] == 0 and all(not s["m"][k].any() and not s["v"][k].any() for k in p)
+    assert all(s["m"][k].dtype == np.float32 and not np.shares_memory(s["m"][k], s["v"][k]) for k in p)
+
+
+def test_m2_08_moments_after_two_steps_match_the_closed_form() -> None:
+    g1, g2 = _tree(1), _tree(2)
+    s = adamw.update_moments(adamw.update_moments(adamw.init_adamw_state(g1), g1, 0.9, 0.95), g2, 0.9, 0.95)
+    assert s["step"] == 2
+    for k in g1:
+        np.testing.assert_allclose(s["m"][k], 0.9 * 0.1 * g1[k] + 0.1 * g2[k], rtol=1e-14)
+        np.testing.assert_allclose(s["v"][k], 0.95 * 0.05 * g1[k] ** 2 + 0.05 * g2[k] ** 2, rtol=1e-14)
+
+
+def test_m2_09_bias_correction_recovers_g_at_step_1() -> None:
+    g = _tree(3)
+    s = adamw.update_moments(adamw.init_adamw_state(g), g, 0.9, 0.95)
+    m_hat, v_hat = adamw.bias_correct_moments(s["m"], s["v"], s["step"], 0.9, 0.95)
+    for k in g:
+        np.testing.assert_allclose(m_hat[k], g[k], rtol=1e-14)
+        np.testing.assert_allclose(v_hat[k], g[k] ** 2, rtol=1e-14)
+
+
+def test_m2_10_first_adam_step_moves_every_parameter_by_lr() -> None:
+    # m_hat / sqrt(v_hat) = g / |g| at step 1: every coordinate moves by lr (up to eps), whatever |g|
+    p, g = _tree(4), _tree(5, std=1e3)
+    new, _ = adamw.adamw_step(p, g, adamw.init_adamw_state(p), lr=0.01, eps=1e-12, weight_decay=0.0)
+    for k in p:
+        np.testing.assert_allclose(new[k], p[k] - 0.01 * np.sign(g[k]), rtol=1e-10, atol=1e-12)
+
+
+# --- Lesson 11 -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("dtype", "rtol", "atol"), [(np.float64, 1e-12, 1e-14), (np.float32, 1e-5, 1e-6)])
+def test_m2_11_adamw_equals_torch_adamw_over_150_steps(dtype, rtol, atol) -> None:
+    p = _tree(6, dtype)
+    t = _torch_params(p)
+    opt = torch.optim.AdamW(list(t.values()), lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    state = adamw.init_adamw_state(p)
+    rng = np.random.default_rng(7)
+    for _ in range(150):
+        g = {k: rng.standard_normal(v.shape).astype(dtype) for k, v in p.items()}
+        for k in t:
+            t[k].grad = torch.tensor(g[k])
+        opt.step()
+        p, state = adamw.adamw_step(p, g, state, lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
+    assert state["step"] == 150
+    for k in p:
+        assert p[k].dtype == dtype
+        np.testing.assert_allclose(p[k], t[k].detach().numpy(), rtol=rtol, atol=atol)
+        np.testing.assert_allclose(state["m"][k], opt.state[t[k]]["exp_avg"].numpy(), rtol=rtol, atol=atol)
+        np.testing.assert_allclose(state["v"][k], opt.state[t[k]]["exp_avg_sq"].numpy(), rtol=rtol, atol=atol)
+
+
+def test_m2_11_adamw_trains_the_mlp_exactly_like_torch() -> None:
+    p = {k: v.astype(np.float64) for k, v in model.init_model_params([6, 12, 4], np.random.default_rng(8)).items()}
+    t = _torch_params(p)
+    opt = torch.optim.AdamW(list(t.values()), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    X, y = model.make_classification_data(64, 6, 4, np.random.default_rng(9))
+    X = X.astype(np.float64)
+    state = adamw.init_adamw_state(p)
+    for step in range(100):
+        rows = slice(16 * (step % 4), 16 * (step % 4) + 16)
+        opt.zero_grad()
+        h = torch.relu(torch.tensor(X[rows]) @ t["W0"] + t["b0"])
+        torch.nn.functional.cross_entropy(h @ t["W1"] + t["b1"], torch.tensor(y[rows])).backward()
+        opt.step()
+        grads = model.model_backward(p, model.model_forward(p, X[rows])[1], y[rows])
+        p, state = adamw.adamw_step(p, grads, state, lr=3e-3)
+    for k in p:
+        np.testing.assert_allclose(p[k], t[k].detach().numpy(), rtol=1e-9, atol=1e-11)
+
+
+def test_m2_11_adamw_is_not_adam_with_l2() -> None:
+    p, g = _tree(10), _tree(11, std=5.0)
+    t = _torch_params(p)
+    opt = torch.optim.Adam(list(t.values()), lr=0.1, betas=(0.9, 0.95), weight_decay=0.5)  # L2 in the gradient
+    state = adamw.init_adamw_state(p)
+    for _ in range(3):
+        for k in t:
+            t[k].grad = torch.tensor(g[k])
+        opt.step()
+        p, state = adamw.adamw_step(p, g, state, lr=0.1, weight_decay=0.5)
+    gap = max(np.max(np.abs(p[k] - t[k].detach().numpy())) for k in p)
+    assert gap > 1e-3
+
+
+def test_m2_11_decoupled_weight_decay_is_lr_scaled_shrinking() -> None:
+    p = _tree(12)
+    out = adamw.decoupled_weight_decay(p, 0.01, 0.1)
+    for k in p:
+        np.testing.assert_allclose(out[k], p[k] * 0.999, rtol=1e-15)
+        assert not np.shares_memory(out[k], p[k])
+
+
+# --- Lessons 12–15 ---------------------------------------------------------------------------------
+def test_m2_12_clone_shares_no_memory() -> None:
+    p = _tree(13, np.float32)
+    c = tree.clone_params(p)
+    c["W0"][0, 0] += 1.0
+    assert p["W0"][0, 0] != c["W0"][0, 0] and all(c[k].dtype == p[k].dtype for k in p)
+
+
+def test_m2_13_14_scale_and_subtract_are_key_by_key() -> None:
+    a, b = _tree(14), _tree(15)
+    s = tree.scale_params(a, -2.5)
+    d = tree.subtract_params(a, b)
+    for k in a:
+        np.testing.assert_array_equal(s[k], -2.5 * a[k])
+        np.testing.assert_array_equal(d[k], a[k] - b[k])
+    with pytest.raises(ValueError, match="b0"):
+        tree.subtract_params(a, {**b, "b0": b["b0"][None, :]})  # (1, 4) would broadcast against (4,)
+    with pytest.raises(ValueError, match="keys"):
+        tree.subtract_params(a, {**b, "extra": b["b0"]})
+
+
+def test_m2_15_average_params_equals_numpy_average() -> None:
+    trees = [_tree(20 + i) for i in range(5)]
+    w = [3, 0, 1, 5, 2]
+    got, uniform = tree.average_params(trees, w), tree.average_params(trees)
+    for k in trees[0]:
+        stack = np.stack([t[k] for t in trees])
+        np.testing.assert_allclose(got[k], np.average(stack, axis=0, weights=w), rtol=1e-13)
+        np.testing.assert_allclose(uniform[k], stack.mean(axis=0), rtol=1e-13)
+
+
+# --- Lessons 21–24 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("lr", "momentum"), [(0.7, 0.9), (0.1, 0.5), (1.0, 0.0)])
+def test_m2_23_nesterov_outer_step_equals_torch_sgd_nesterov(lr: float, momentum: float) -> None:
+    p = _tree(30)
+    t = _torch_params(p)
+    opt = torch.optim.SGD(list(t.values()), lr=lr, momentum=momentum, nesterov=momentum > 0)
+    state = outer.init_outer_optimizer(p)
+    rng = np.random.default_rng(31)
+    for _ in range(50):
+        delta = {k: rng.standard_normal(v.shape) for k, v in p.items()}
+        for k in t:
+            t[k].grad = torch.tensor(delta[k])
+        opt.step()
+        p, state = outer.nesterov_outer_step(p, state, delta, lr, momentum)
+    assert state["step"] == 50
+    for k in p:
+        np.testing.assert_allclose(p[k], t[k].detach().numpy(), rtol=1e-12, atol=1e-13)
+        if momentum:
+            np.testing.assert_allclose(state["momentum_buffer"][k], opt.state[t[k]]["momentum_buffer"].numpy(),
+                                       rtol=1e-12, atol=1e-13)
+
+
+def test_m2_23_nesterov_is_not_plain_momentum() -> None:
+    p, delta = _tree(32), _tree(33)
+    t = _torch_params(p)
+    opt = torch.optim.SGD(list(t.values()), lr=0.7, momentum=0.9, nesterov=False)
+    state = outer.init_outer_optimizer(p)
+    for _ in range(2):
+        for k in t:
+            t[k].grad = torch.tensor(delta[k])
+        opt.step()
+        p, state = outer.nesterov_outer_step(p, state, delta, 0.7, 0.9)
+    assert max(np.max(np.abs(p[k] - t[k].detach().numpy())) for k in p) > 0.1
+
+
+def test_m2_24_outer_lr_1_without_momentum_is_fedavg() -> None:
+    g = _tree(40, np.float32)
+    workers = [_tree(41 + i, np.float32) for i in range(4)]
+    delta = outer.compute_outer_gradient(g, workers)
+    new, _ = outer.nesterov_outer_step(g, outer.init_outer_optimizer(g), delta, 1.0, 0.0)
+    mean = tree.average_params(workers)
+    for k in g:
+        np.testing.assert_allclose(new[k], mean[k], rtol=1e-5, atol=1e-6)
+
+
+def test_m2_24_pseudo_gradient_of_one_sgd_step_is_lr_times_the_mean_gradient() -> None:
+    # original minus local: the sign of a gradient, so the outer step descends (torchft PR #233)
+    g = _tree(50)
+    grads = [_tree(51 + i) for i in range(3)]
+    workers = [{k: g[k] - 0.1 * gr[k] for k in g} for gr in grads]
+    delta = outer.compute_outer_gradient(g, workers)
+    for k in g:
+        np.testing.assert_allclose(delta[k], 0.1 * np.mean([gr[k] for gr in grads], axis=0), rtol=1e-12, atol=1e-14)
+
+
+BAD = [
+    (adamw.update_moments, (adamw.init_adamw_state(_tree(0)), _tree(0), 1.0, 0.95), ValueError, "beta1"),
+    (adamw.bias_correct_moments, (_tree(0), _tree(1), 0, 0.9, 0.95), ValueError, "step"),
+    (adamw.adamw_param_step, (_tree(0), _tree(1), _tree(2), 1e-3, 0.0), ValueError, "eps"),
+    (adamw.decoupled_weight_decay, (_tree(0), 1e-3, -1.0), ValueError, "weight_decay"),
+    (adamw.adamw_step, (_tree(0), {"W0": np.ones((5, 4))}, adamw.init_adamw_state(_tree(0)), 1e-3), ValueError, "grads"),
+    (tree.average_params, ([],), ValueError, "list_of_params"),
+    (tree.average_params, ([_tree(0), _tree(1)], [1.0, -1.0]), ValueError, "weights"),
+    (tree.average_params, ([_tree(0), _tree(1)], [1.0]), ValueError, "weights"),
+    (tree.scale_params, (_tree(0), float("inf")), ValueError, "c"),
+    (outer.update_outer_momentum, (outer.init_outer_optimizer(_tree(0)), _tree(1), 1.0), ValueError, "momentum"),
+    (outer.nesterov_outer_step, (_tree(0), outer.init_outer_optimizer(_tree(0)), _tree(1), 0.0, 0.9), ValueError, "lr"),
+    (outer.compute_outer_gradient, (_tree(0), []), TypeError, "worker_params"),
+    (outer.compute_outer_gradient, (_tree(0), [{"W0": np.ones((5, 4))}]), ValueError, "worker_params"),
+]
+
+
+@pytest.mark.parametrize(("fn", "args", "error", "argument"), BAD, ids=[f"{b[0].__name__}-{b[3]}" for b in BAD])
+def test_m2_parts_2_3_5_bad_input_names_the_argument(fn, args, error, argument) -> None:
+    with pytest.raises(error, match=argument):
+        fn(*args)
