@@ -1,0 +1,253 @@
+"""Checks behind the hidden tests of Module 3, Part 3 (lessons 7–10: local client training).
+
+Client sizes that ``B`` does not divide (a short last batch), stale ``.grad`` left on the model,
+two steps in a row, a BatchNorm model, momentum, and two clients trained one after the other
+(an optimizer that outlives its call shows there): the cases where the usual mistakes differ from
+the reference.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from trainsys.fedavg import client as ref
+from trainsys.fedavg import data as ref_data
+from trainsys.fedavg import model as ref_model
+from trainsys.grading._harness import CheckFailure, assert_tuple, passed
+from trainsys.grading._torch_harness import (
+    BAD,
+    assert_equal,
+    assert_real,
+    assert_state,
+    assert_tensor,
+    fixed,
+    guarded,
+    model_state,
+    row_index,
+    rows_to_indices,
+    run_torch_cases,
+)
+
+__all__ = [
+    "check_make_client_batches",
+    "check_compute_batch_loss",
+    "check_local_sgd_step",
+    "check_train_client_locally",
+]
+
+DATA = ref_data.build_synthetic_dataset(40, 4, 3, 0)
+TRAIN_TOL = {"rtol": 1e-4, "atol": 1e-6}
+
+
+def _model(seed: int, batch_norm: bool = False, d_hidden: int = 6) -> torch.nn.Module:
+    return ref_model.build_mlp_classifier(4, d_hidden, 3, seed, batch_norm)
+
+
+def _indices(count: int, seed: int) -> torch.Tensor:
+    return torch.sort(torch.randperm(len(DATA), generator=torch.Generator().manual_seed(seed))[:count]).values
+
+
+def _batch(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    idx = _indices(count, seed)
+    return DATA.features[idx], DATA.labels[idx]
+
+
+# --- Lesson 7 --------------------------------------------------------------------------------------
+def check_make_client_batches(fn: Callable[..., Any]) -> str:
+    """Batch sizes B, …, B, n_k mod B; the client's examples once each; shuffled from the seed."""
+    setups = [(10, 3, 0), (12, 4, 1), (7, None, 2), (5, 10, 3), (1, 1, 4), (9, 9, 5)]
+    cases = [(f"n_k={n}, batch_size={b}, seed={s}", fixed(DATA, _indices(n, 10 + s), b, s)) for n, b, s in setups]
+    lookup = row_index(DATA)
+
+    def order(label: str, got: Any, expected: list, idx: torch.Tensor) -> list[int]:
+        if not isinstance(got, list):
+            raise CheckFailure(f"[{label}] must return a list of (X_b, y_b) pairs, got {type(got).__name__}")
+        sizes = [len(pair[1]) if isinstance(pair, (tuple, list)) and len(pair) == 2 else None for pair in got]
+        want = [len(y) for _, y in expected]
+        if sizes != want:
+            raise CheckFailure(f"[{label}] batch sizes are {sizes}, expected {want} "
+                               "(full batches, then the remainder; B=None or B >= n_k: one batch)")
+        seen = []
+        for i, pair in enumerate(got):
+            X, y = assert_tuple(label, f"batch {i}", pair, 2)
+            assert_tensor(label, f"X of batch {i}", X, expected[i][0], rtol=float("inf"), atol=float("inf"))
+            rows = rows_to_indices(label, f"X of batch {i}", lookup, X)
+            assert_tensor(label, f"y of batch {i}", y, DATA.labels[rows], exact=True)
+            seen += rows
+        if sorted(seen) != idx.tolist():
+            raise CheckFailure(f"[{label}] the batches must hold each of the client's examples exactly once")
+        return seen
+
+    def compare(label: str, got: Any, expected: list, inputs: Any) -> None:
+        data, idx, b, seed = inputs[0]
+        seen = order(label, got, expected, idx)
+        if len(seen) >= 6 and seen == idx.tolist():
+            raise CheckFailure(f"[{label}] the batches follow the original order: shuffle each epoch")
+        if order(label, guarded(fn, label, data, idx.clone(), b, seed), expected, idx) != seen:
+            raise CheckFailure(f"[{label}] the same seed must give the same batches")
+        if len(seen) >= 6 and order(label, guarded(fn, label, data, idx.clone(), b, seed + 1), expected, idx) == seen:
+            raise CheckFailure(f"[{label}] seed + 1 gives the same order: the shuffle must come from the seed")
+
+    idx = _indices(6, 0)
+    invalid = [
+        ("batch_size = 0", BAD, "batch_size", fixed(DATA, idx, 0, 0)),
+        ("an index out of range", BAD, "indices", fixed(DATA, torch.tensor([0, 40]), 2, 0)),
+        ("empty indices", BAD, "indices", fixed(DATA, torch.tensor([], dtype=torch.int64), 2, 0)),
+        ("float indices", BAD, "indices", fixed(DATA, idx.float(), 2, 0)),
+    ]
+    return run_torch_cases("make_client_batches", fn, ref.make_client_batches, cases, compare, invalid,
+                           compare_with_inputs=True)
+
+
+# --- Lesson 8 --------------------------------------------------------------------------------------
+def check_compute_batch_loss(fn: Callable[..., Any]) -> str:
+    """The mean cross-entropy as a differentiable 0-d tensor, with the reference's gradient."""
+    setups = [(1, 0), (5, 1), (16, 2), (40, 3)]
+    cases = [(f"batch of {n}", fixed(_model(s), _batch(n, s))) for n, s in setups]
+    bn = _model(7, batch_norm=True).eval()
+    cases.append(("BatchNorm model in eval mode, batch of 6", fixed(bn, _batch(6, 7))))
+
+    def compare(label: str, got: Any, expected: torch.Tensor, inputs: Any) -> None:
+        model, batch = inputs[0]
+        if not isinstance(got, torch.Tensor) or got.ndim != 0:
+            raise CheckFailure(f"[{label}] must return a 0-d tensor (keep the graph for backward), got "
+                               f"{type(got).__name__}{'' if not isinstance(got, torch.Tensor) else tuple(got.shape)}")
+        if got.grad_fn is None:
+            raise CheckFailure(f"[{label}] the loss has no graph: do not call .item() or detach it")
+        assert_real(label, "the loss", got.detach(), float(expected.detach()), rtol=1e-5, atol=1e-7)
+        try:
+            grads = torch.autograd.grad(got, list(model.parameters()), allow_unused=True)
+        except RuntimeError as exc:
+            raise CheckFailure(f"[{label}] cannot differentiate the loss with respect to the model's "
+                               f"parameters: {exc}") from None
+        twin = copy.deepcopy(model)
+        want = torch.autograd.grad(ref.compute_batch_loss(twin, batch), list(twin.parameters()))
+        for (name, _), g, w in zip(model.named_parameters(), grads, want):
+            assert_tensor(label, f"the gradient of the loss for {name}",
+                          torch.zeros_like(w) if g is None else g, w, rtol=1e-4, atol=1e-7)
+
+    invalid = [
+        ("a label equal to n_classes", BAD, "batch", fixed(_model(0), (_batch(3, 0)[0], torch.tensor([0, 1, 3])))),
+        ("batch is X alone", BAD, "batch", fixed(_model(0), _batch(3, 0)[0])),
+        ("float labels", BAD, "batch", fixed(_model(0), (_batch(3, 0)[0], torch.tensor([0.0, 1.0, 2.0])))),
+        ("3 rows of X, 2 labels", BAD, "batch", fixed(_model(0), (_batch(3, 0)[0], torch.tensor([0, 1])))),
+        ("model is a function", BAD, "model", fixed(lambda x: x, _batch(3, 0))),
+    ]
+    return run_torch_cases("compute_batch_loss", fn, ref.compute_batch_loss, cases, compare, invalid,
+                           compare_with_inputs=True)
+
+
+# --- Lesson 9 --------------------------------------------------------------------------------------
+def _with_state(step: Callable[..., Any]) -> Callable[..., Any]:
+    def run(model: torch.nn.Module, batch: Any, lr: float) -> tuple[Any, dict]:
+        return step(model, batch, lr), model_state(model)
+    return run
+
+
+def _twice(step: Callable[..., Any]) -> Callable[..., Any]:
+    def run(model: torch.nn.Module, batch: Any, lr: float) -> list:
+        return [step(model, batch, lr), step(model, batch, lr)]
+    return run
+
+
+def _stale(model: torch.nn.Module) -> torch.nn.Module:
+    g = torch.Generator().manual_seed(99)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=g)
+    return model
+
+
+def check_local_sgd_step(fn: Callable[..., Any]) -> str:
+    """``w - lr * grad`` on every parameter, fresh gradients each call, loss before the step."""
+    def stale_case() -> Any:
+        return (_stale(_model(3)), _batch(8, 3), 0.5), {}
+
+    cases = [
+        ("batch of 5, lr=0.1", fixed(_model(0), _batch(5, 0), 0.1)),
+        ("batch of 1, lr=1.0", fixed(_model(1), _batch(1, 1), 1.0)),
+        ("BatchNorm model in training mode, batch of 8", fixed(_model(2, batch_norm=True).train(), _batch(8, 2), 0.3)),
+        ("stale .grad left on the parameters", stale_case),
+    ]
+
+    def compare(label: str, got: Any, expected: tuple, inputs: Any) -> None:
+        assert_real(label, "the returned loss (before the step)", got, float(expected[0]), rtol=1e-5, atol=1e-7)
+        assert_state(label, "the model's state after the step", model_state(inputs[0][0]), expected[1], **TRAIN_TOL)
+
+    count = run_torch_cases("local_sgd_step", fn, _with_state(ref.local_sgd_step), cases, compare,
+                            mutable=(0,), compare_with_inputs=True, count_only=True)
+    two = [("two steps in a row on the same batch", fixed(_model(4), _batch(6, 4), 0.5))]
+
+    def compare_two(label: str, got: Any, expected: tuple, inputs: Any) -> None:
+        (first, second), state = assert_tuple(label, "two returned losses", got[0], 2), expected[1]
+        assert_real(label, "the first loss", first, expected[0][0], rtol=1e-5, atol=1e-7)
+        assert_real(label, "the second loss", second, expected[0][1], rtol=1e-5, atol=1e-7)
+        assert_state(label, "the model after two steps", model_state(inputs[0][0]), state, **TRAIN_TOL)
+
+    count += run_torch_cases("local_sgd_step", _with_state(_twice(fn)), _with_state(_twice(ref.local_sgd_step)),
+                             two, compare_two, mutable=(0,), compare_with_inputs=True, count_only=True)
+    invalid = [
+        ("lr = 0", BAD, "lr", fixed(_model(0), _batch(3, 0), 0.0)),
+        ("lr = -0.1", BAD, "lr", fixed(_model(0), _batch(3, 0), -0.1)),
+        ("lr = nan", BAD, "lr", fixed(_model(0), _batch(3, 0), float("nan"))),
+        ("batch labels out of range", BAD, "batch", fixed(_model(0), (_batch(2, 0)[0], torch.tensor([0, 5])), 0.1)),
+    ]
+    count += run_torch_cases("local_sgd_step", fn, ref.local_sgd_step, [], None, invalid, count_only=True)
+    return passed("local_sgd_step", count)
+
+
+# --- Lesson 10 -------------------------------------------------------------------------------------
+def _two_clients(train: Callable[..., Any]) -> Callable[..., Any]:
+    """Train two fresh copies of the model one after the other; return both results and states."""
+    def run(model, dataset, indices, epochs, batch_size, lr, seed, momentum=0.0):
+        second = copy.deepcopy(model)
+        r1 = train(model, dataset, indices, epochs, batch_size, lr, seed, momentum)
+        r2 = train(second, dataset, indices, epochs, batch_size, lr, seed, momentum)
+        return r1, r2, model_state(model), model_state(second)
+    return run
+
+
+def check_train_client_locally(fn: Callable[..., Any]) -> str:
+    """E epochs reshuffled with seed + e, only the client's examples, stateless between calls."""
+    setups = [  # (n_k, epochs, batch_size, lr, seed, momentum, batch_norm)
+        (10, 2, 3, 0.1, 5, 0.0, False), (8, 1, None, 0.5, 6, 0.0, False), (9, 3, 4, 0.05, 7, 0.0, False),
+        (10, 2, 3, 0.1, 8, 0.9, False), (10, 2, 4, 0.1, 9, 0.0, True), (1, 2, 1, 0.1, 10, 0.0, False),
+    ]
+    cases = [(f"n_k={n}, epochs={e}, batch_size={b}, lr={lr}, momentum={mo}{', BatchNorm' if bn else ''}",
+              fixed(_model(s, bn), DATA, _indices(n, s), e, b, lr, s, mo)) for n, e, b, lr, s, mo, bn in setups]
+
+    def compare(label: str, got: Any, expected: tuple, inputs: Any) -> None:
+        for i in range(2):
+            who = "the first client" if i == 0 else "the second client (trained after the first)"
+            result, want = got[i], expected[i]
+            if not isinstance(result, dict) or set(result) != set(want):
+                raise CheckFailure(f"[{label}] {who}: must return a dict with keys {sorted(want)}, got "
+                                   f"{sorted(result) if isinstance(result, dict) else type(result).__name__}")
+            assert_equal(label, f"{who}: num_steps", result["num_steps"], want["num_steps"])
+            assert_equal(label, f"{who}: num_samples", result["num_samples"], want["num_samples"])
+            losses = result["epoch_losses"]
+            if not isinstance(losses, list) or len(losses) != len(want["epoch_losses"]):
+                raise CheckFailure(f"[{label}] {who}: epoch_losses must be a list of {len(want['epoch_losses'])} "
+                                   f"floats, got {losses!r}")
+            for e, (l, w) in enumerate(zip(losses, want["epoch_losses"])):
+                assert_real(label, f"{who}: epoch_losses[{e}]", l, w, rtol=1e-4, atol=1e-6)
+            assert_state(label, f"{who}: the model after training", got[2 + i], expected[2 + i], **TRAIN_TOL)
+        if not inputs[0][0].training:
+            raise CheckFailure(f"[{label}] the model must be left in training mode")
+
+    count = run_torch_cases("train_client_locally", _two_clients(fn), _two_clients(ref.train_client_locally),
+                            cases, compare, mutable=(0,), compare_with_inputs=True, count_only=True)
+    idx = _indices(6, 0)
+    invalid = [
+        ("epochs = 0", BAD, "epochs", fixed(_model(0), DATA, idx, 0, 2, 0.1, 0)),
+        ("batch_size = 0", BAD, "batch_size", fixed(_model(0), DATA, idx, 1, 0, 0.1, 0)),
+        ("lr = -1", BAD, "lr", fixed(_model(0), DATA, idx, 1, 2, -1.0, 0)),
+        ("momentum = 1", BAD, "momentum", fixed(_model(0), DATA, idx, 1, 2, 0.1, 0, 1.0)),
+        ("empty indices", BAD, "indices", fixed(_model(0), DATA, torch.tensor([], dtype=torch.int64), 1, 2, 0.1, 0)),
+    ]
+    count += run_torch_cases("train_client_locally", fn, ref.train_client_locally, [], None, invalid,
+                             count_only=True)
+    return passed("train_client_locally", count)

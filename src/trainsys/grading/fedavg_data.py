@@ -1,0 +1,298 @@
+"""Checks behind the hidden tests of Module 3, Parts 1–2 (lessons 1–6: model, data, partitions).
+
+Deterministic constructions (the model, the dataset) must equal the reference bit for bit, since
+their draw order is the contract. Random splits and partitions are checked by their properties —
+disjoint, covering, sizes, stratification or shard structure, the same result for the same seed and
+a different one for another seed — so any correct use of the seed passes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from trainsys.fedavg import data as ref_data
+from trainsys.fedavg import model as ref_model
+from trainsys.fedavg import partition as ref_part
+from trainsys.grading._harness import CheckFailure, assert_tuple, passed
+from trainsys.grading._torch_harness import (
+    BAD,
+    assert_equal,
+    assert_tensor,
+    fixed,
+    guarded,
+    row_index,
+    rows_to_indices,
+    run_torch_cases,
+)
+
+__all__ = [
+    "check_build_mlp_classifier",
+    "check_build_synthetic_dataset",
+    "check_train_test_split_dataset",
+    "check_partition_data_iid",
+    "check_partition_data_non_iid",
+    "check_count_client_samples",
+]
+
+
+def dataset(n: int, d_in: int = 3, n_classes: int = 3, seed: int = 0) -> ref_data.LabelledDataset:
+    return ref_data.build_synthetic_dataset(n, d_in, n_classes, seed)
+
+
+# --- Lesson 1 --------------------------------------------------------------------------------------
+def check_build_mlp_classifier(fn: Callable[..., Any]) -> str:
+    """Same state dict (keys, order, values) and the same logits as the reference; global RNG untouched."""
+    configs = [((4, 8, 3, 0), {}), ((1, 1, 2, 5), {}), ((20, 32, 10, 123), {}), ((6, 6, 6, 7), {}),
+               ((5, 7, 3, 1), {"batch_norm": True})]
+    cases = [(f"d_in, d_hidden, n_classes, seed = {a}{', batch_norm=True' if k else ''}", fixed(*a, **k))
+             for a, k in configs]
+
+    def compare(label: str, got: Any, expected: torch.nn.Module) -> None:
+        if not isinstance(got, torch.nn.Module):
+            raise CheckFailure(f"[{label}] must return a torch.nn.Module, got {type(got).__name__}")
+        got_keys, want_keys = list(got.state_dict()), list(expected.state_dict())
+        if got_keys != want_keys:
+            raise CheckFailure(f"[{label}] state-dict keys are {got_keys}, expected {want_keys} "
+                               "(an nn.Sequential of Linear, [BatchNorm1d,] ReLU, Linear)")
+        for key, tensor in expected.state_dict().items():
+            assert_tensor(label, f"state_dict()[{key!r}]", got.state_dict()[key], tensor, exact=True)
+        X = torch.randn(5, expected[0].in_features, generator=torch.Generator().manual_seed(1))
+        got.eval(), expected.eval()
+        with torch.no_grad():
+            assert_tensor(label, "the logits model(X) for X of shape (5, d_in)", got(X), expected(X))
+
+    invalid = [
+        ("d_in = 0", BAD, "d_in", fixed(0, 4, 3, 0)),
+        ("n_classes = 1", BAD, "n_classes", fixed(3, 4, 1, 0)),
+        ("d_hidden = 2.5", BAD, "d_hidden", fixed(3, 2.5, 3, 0)),
+        ("seed = -1", BAD, "seed", fixed(3, 4, 3, -1)),
+    ]
+    return run_torch_cases("build_mlp_classifier", fn, ref_model.build_mlp_classifier, cases, compare, invalid)
+
+
+# --- Lesson 2 --------------------------------------------------------------------------------------
+def check_build_synthetic_dataset(fn: Callable[..., Any]) -> str:
+    """Bit-identical features and labels (the draw order G, then X is the contract), float32/int64."""
+    sizes = [(50, 4, 3, 0), (1, 2, 2, 1), (40, 3, 5, 2), (64, 10, 10, 3), (30, 8, 2, 4)]
+    cases = [(f"n, d_in, n_classes, seed = {s}", fixed(*s)) for s in sizes]
+
+    def compare(label: str, got: Any, expected: ref_data.LabelledDataset) -> None:
+        if not isinstance(got, ref_data.LabelledDataset):
+            raise CheckFailure(f"[{label}] must return a LabelledDataset, got {type(got).__name__}")
+        assert_tensor(label, "features", got.features, expected.features, exact=True)
+        assert_tensor(label, "labels", got.labels, expected.labels, exact=True)
+        assert_equal(label, "n_classes", got.n_classes, expected.n_classes)
+
+    invalid = [
+        ("n = 0", BAD, "n", fixed(0, 3, 3, 0)),
+        ("n_classes = 1", BAD, "n_classes", fixed(10, 3, 1, 0)),
+        ("d_in = -1", BAD, "d_in", fixed(10, -1, 3, 0)),
+        ("seed = '0'", BAD, "seed", fixed(10, 3, 3, "0")),
+    ]
+    return run_torch_cases("build_synthetic_dataset", fn, ref_data.build_synthetic_dataset, cases, compare, invalid)
+
+
+# --- Lesson 3 --------------------------------------------------------------------------------------
+def check_train_test_split_dataset(fn: Callable[..., Any]) -> str:
+    """Disjoint and covering, per-class test counts ⌊f·n_c + ½⌋, original order kept, seeded."""
+    absent = dataset(30, 3, 2, 9)
+    absent = ref_data.LabelledDataset(absent.features, absent.labels, 3)  # class 2 has no example
+    setups = [(dataset(60, 3, 3, 0), 0.25, 0), (dataset(37, 3, 4, 1), 0.3, 1), (dataset(10, 2, 2, 2), 0.5, 2),
+              (dataset(100, 10, 10, 3), 0.2, 3), (dataset(45, 4, 3, 4), 0.1, 4), (absent, 0.4, 5)]
+    cases = [(f"n={len(d)}, n_classes={d.n_classes}, test_fraction={f}, seed={s}", fixed(d, f, s))
+             for d, f, s in setups]
+
+    def parts(label: str, got: Any, data: ref_data.LabelledDataset) -> tuple[list[int], list[int]]:
+        train, test = assert_tuple(label, "the result (train, test)", got, 2)
+        lookup = row_index(data)
+        out = []
+        for what, part in (("train", train), ("test", test)):
+            if not isinstance(part, ref_data.LabelledDataset):
+                raise CheckFailure(f"[{label}] {what} must be a LabelledDataset, got {type(part).__name__}")
+            assert_equal(label, f"{what}.n_classes", part.n_classes, data.n_classes)
+            idx = rows_to_indices(label, what, lookup, part.features)
+            assert_tensor(label, f"{what}.labels", part.labels, data.labels[idx], exact=True)
+            if idx != sorted(set(idx)):
+                raise CheckFailure(f"[{label}] {what} must keep the original order, each example once")
+            out.append(idx)
+        return out[0], out[1]
+
+    def compare(label: str, got: Any, expected: tuple, inputs: Any) -> None:
+        data, fraction, seed = inputs[0]
+        train, test = parts(label, got, data)
+        if set(train) & set(test) or len(train) + len(test) != len(data):
+            raise CheckFailure(f"[{label}] train and test must be disjoint and cover the dataset: "
+                               f"{len(set(train) & set(test))} shared, {len(train) + len(test)} of {len(data)} used")
+        want = torch.bincount(expected[1].labels, minlength=data.n_classes).tolist()
+        have = torch.bincount(data.labels[test], minlength=data.n_classes).tolist()
+        if have != want:
+            raise CheckFailure(f"[{label}] test examples per class are {have}, expected {want} "
+                               "(stratified: round(test_fraction * n_c) of each class, halves up)")
+        again = parts(label, guarded(fn, label, copy.deepcopy(data), fraction, seed), data)
+        if again != (train, test):
+            raise CheckFailure(f"[{label}] the same seed must give the same split")
+        other = parts(label, guarded(fn, label, copy.deepcopy(data), fraction, seed + 100), data)
+        if len(data) >= 30 and other[1] == test:
+            raise CheckFailure(f"[{label}] seed {seed + 100} gives the same test set as seed {seed}: "
+                               "the split must be random, drawn from the seed")
+
+    d = dataset(20)
+    invalid = [
+        ("test_fraction = 0", BAD, "test_fraction", fixed(d, 0.0, 0)),
+        ("test_fraction = 1", BAD, "test_fraction", fixed(d, 1.0, 0)),
+        ("test_fraction = 1.5", BAD, "test_fraction", fixed(d, 1.5, 0)),
+        ("dataset is a tuple", BAD, "dataset", fixed((d.features, d.labels), 0.2, 0)),
+        ("seed = -1", BAD, "seed", fixed(d, 0.2, -1)),
+    ]
+    return run_torch_cases("train_test_split_dataset", fn, ref_data.train_test_split_dataset, cases, compare,
+                           invalid, compare_with_inputs=True)
+
+
+# --- Lessons 4–5: shared partition checks ----------------------------------------------------------
+def _as_partition(label: str, got: Any, num_clients: int, n: int) -> list[list[int]]:
+    if not isinstance(got, list) or len(got) != num_clients:
+        kind = f"a list of {len(got)}" if isinstance(got, list) else type(got).__name__
+        raise CheckFailure(f"[{label}] must return a list of {num_clients} index tensors, got {kind}")
+    out = []
+    for k, part in enumerate(got):
+        if not isinstance(part, torch.Tensor) or part.dtype != torch.int64 or part.ndim != 1:
+            raise CheckFailure(f"[{label}] client {k}'s indices must be a 1-D int64 tensor, got "
+                               f"{getattr(part, 'dtype', type(part).__name__)}")
+        idx = part.tolist()
+        if idx != sorted(idx):
+            raise CheckFailure(f"[{label}] client {k}'s indices must be sorted ascending")
+        if not idx:
+            raise CheckFailure(f"[{label}] client {k} has no examples")
+        out.append(idx)
+    flat = [i for idx in out for i in idx]
+    if sorted(flat) != list(range(n)):
+        raise CheckFailure(f"[{label}] the clients' indices must be disjoint and cover range({n}): "
+                           f"{len(flat)} indices, {len(set(flat))} distinct")
+    return out
+
+
+def _seeded(label: str, fn: Callable[..., Any], args: tuple, seed_at: int, first: list, n: int, k: int) -> None:
+    """Same seed → same partition; another seed → another one."""
+    again = _as_partition(label, guarded(fn, label, *copy.deepcopy(args)), k, n)
+    if again != first:
+        raise CheckFailure(f"[{label}] the same seed must give the same partition")
+    if k > 1:
+        other_args = list(copy.deepcopy(args))
+        other_args[seed_at] += 100
+        if _as_partition(label, guarded(fn, label, *other_args), k, n) == first:
+            raise CheckFailure(f"[{label}] seed +100 gives the same partition: it must be drawn from the seed")
+
+
+# --- Lesson 4 --------------------------------------------------------------------------------------
+def check_partition_data_iid(fn: Callable[..., Any]) -> str:
+    """Disjoint, covering, sizes ⌈n/K⌉ for the first n mod K clients, shuffled, seeded."""
+    setups = [(20, 4, 0), (23, 5, 1), (7, 7, 2), (9, 1, 3), (50, 3, 4)]
+    cases = [(f"n={n}, num_clients={k}, seed={s}", fixed(dataset(n, seed=s), k, s)) for n, k, s in setups]
+
+    def compare(label: str, got: Any, expected: list, inputs: Any) -> None:
+        data, k, seed = inputs[0]
+        parts = _as_partition(label, got, k, len(data))
+        sizes, want = [len(p) for p in parts], [len(p) for p in expected]
+        if sizes != want:
+            raise CheckFailure(f"[{label}] client sizes are {sizes}, expected {want} "
+                               "(near-equal; the first n mod K clients take one extra example)")
+        contiguous = [list(range(sum(want[:i]), sum(want[:i + 1]))) for i in range(k)]
+        if k > 1 and len(data) >= 10 and parts == contiguous:
+            raise CheckFailure(f"[{label}] the clients hold consecutive blocks: shuffle before cutting")
+        _seeded(label, fn, (data, k, seed), 2, parts, len(data), k)
+
+    d = dataset(6)
+    invalid = [
+        ("num_clients = 0", BAD, "num_clients", fixed(d, 0, 0)),
+        ("num_clients = 7 > 6 examples", BAD, "num_clients", fixed(d, 7, 0)),
+        ("num_clients = 2.0", BAD, "num_clients", fixed(d, 2.0, 0)),
+        ("seed = -3", BAD, "seed", fixed(d, 2, -3)),
+    ]
+    return run_torch_cases("partition_data_iid", fn, ref_part.partition_data_iid, cases, compare, invalid,
+                           compare_with_inputs=True)
+
+
+# --- Lesson 5 --------------------------------------------------------------------------------------
+def check_partition_data_non_iid(fn: Callable[..., Any]) -> str:
+    """Shards of the label-sorted order dealt ``s`` per client at random; Dirichlet skew that follows alpha."""
+    setups = [(60, 3, 6, 2, 0), (50, 5, 5, 2, 1), (40, 4, 4, 3, 2), (30, 3, 3, 1, 3), (43, 4, 4, 2, 4)]
+    cases = [(f"n={n}, n_classes={c}, num_clients={k}, shards_per_client={s}, seed={sd}",
+              fixed(dataset(n, 3, c, sd), k, s, sd)) for n, c, k, s, sd in setups]
+
+    def compare(label: str, got: Any, expected: list, inputs: Any) -> None:
+        data, k, s, seed = inputs[0]
+        parts = _as_partition(label, got, k, len(data))
+        order = torch.sort(data.labels, stable=True).indices
+        shards = [sorted(x.tolist()) for x in torch.split(order, ref_part.split_sizes(len(data), k * s))]
+        owner = {i: j for j, shard in enumerate(shards) for i in shard}
+        for c, idx in enumerate(parts):
+            mine = {owner[i] for i in idx}
+            if len(mine) != s or sorted(idx) != sorted(i for j in mine for i in shards[j]):
+                raise CheckFailure(f"[{label}] client {c} does not hold exactly {s} whole shards of the "
+                                   "label-sorted order (sort by label, stable, then cut into K*s shards)")
+        _seeded(label, fn, (data, k, s, seed), 3, parts, len(data), k)
+
+    count = run_torch_cases("partition_data_non_iid", fn, ref_part.partition_data_non_iid, cases, compare,
+                            compare_with_inputs=True, count_only=True)
+    big = dataset(400, 4, 4, 11)
+    dirichlet = [("Dirichlet alpha=1000 (close to IID)", fixed(big, 4, 2, 5, alpha=1000.0)),
+                 ("Dirichlet alpha=0.1 (strong skew)", fixed(big, 4, 2, 6, alpha=0.1))]
+
+    def compare_dirichlet(label: str, got: Any, expected: list, inputs: Any) -> None:
+        data, k, s, seed = inputs[0]
+        alpha = inputs[1]["alpha"]
+        parts = _as_partition(label, got, k, len(data))
+        shares = torch.stack([torch.bincount(data.labels[p], minlength=4).double() / len(p)
+                              for p in map(torch.tensor, parts)])  # (K, C)
+        overall = torch.bincount(data.labels, minlength=4).double() / len(data)
+        spread = float((shares - overall).abs().max())
+        if alpha > 100 and spread > 0.15:
+            raise CheckFailure(f"[{label}] a client's label share differs from the overall share by {spread:.2f}; "
+                               "with alpha=1000 every client should look like the whole dataset")
+        if alpha < 1 and float(shares.max(dim=1).values.mean()) < 0.6:
+            raise CheckFailure(f"[{label}] clients' largest label share averages "
+                               f"{float(shares.max(dim=1).values.mean()):.2f}; alpha=0.1 must concentrate labels")
+        again = _as_partition(label, guarded(fn, label, copy.deepcopy(data), k, s, seed, alpha=alpha), k, len(data))
+        if again != parts:
+            raise CheckFailure(f"[{label}] the same seed must give the same partition")
+
+    count += run_torch_cases("partition_data_non_iid", fn, ref_part.partition_data_non_iid, dirichlet,
+                                      compare_dirichlet, compare_with_inputs=True, count_only=True)
+    d = dataset(12)
+    invalid = [
+        ("num_clients = 0", BAD, "num_clients", fixed(d, 0, 2, 0)),
+        ("num_clients * shards_per_client = 14 > 12 examples", BAD, "shards_per_client", fixed(d, 7, 2, 0)),
+        ("shards_per_client = 0", BAD, "shards_per_client", fixed(d, 3, 0, 0)),
+        ("alpha = 0", BAD, "alpha", fixed(d, 3, 2, 0, alpha=0.0)),
+        ("alpha = -1", BAD, "alpha", fixed(d, 3, 2, 0, alpha=-1.0)),
+    ]
+    count += run_torch_cases("partition_data_non_iid", fn, ref_part.partition_data_non_iid, [], None, invalid,
+                             count_only=True)
+    return passed("partition_data_non_iid", count)
+
+
+# --- Lesson 6 --------------------------------------------------------------------------------------
+def check_count_client_samples(fn: Callable[..., Any]) -> str:
+    """The (num_clients, n_classes) int64 count matrix, zero columns kept, exactly."""
+    d1, d2, d3 = dataset(60, 3, 3, 0), dataset(50, 3, 5, 1), dataset(20, 2, 4, 2)
+    setups = [
+        ("IID, 4 clients, 3 classes", ref_part.partition_data_iid(d1, 4, 0), d1),
+        ("shards, 5 clients, 5 classes (clients miss classes)", ref_part.partition_data_non_iid(d2, 5, 1, 1), d2),
+        ("one client", ref_part.partition_data_iid(d3, 1, 2), d3),
+        ("shards, 10 clients, 4 classes", ref_part.partition_data_non_iid(d3, 10, 2, 3), d3),
+    ]
+    cases = [(label, fixed(p, d)) for label, p, d in setups]
+
+    def compare(label: str, got: Any, expected: torch.Tensor) -> None:
+        assert_tensor(label, "the counts", got, expected, exact=True)
+
+    invalid = [
+        ("partition = []", BAD, "partition", fixed([], d3)),
+        ("an index out of range", BAD, "partition", fixed([torch.tensor([0, 1, 99])], d3)),
+        ("partition of float tensors", BAD, "partition", fixed([torch.tensor([0.0, 1.0])], d3)),
+    ]
+    return run_torch_cases("count_client_samples", fn, ref_part.count_client_samples, cases, compare, invalid)

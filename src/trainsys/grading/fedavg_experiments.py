@@ -1,0 +1,185 @@
+"""Checks behind the hidden tests of Module 3, Part 6 (lessons 21–26: experiments and analysis).
+
+Every experiment runs on a tiny config (90 examples, 5 clients, 3–4 rounds) so that a check takes
+a fraction of a second; the records must equal the reference's, round by round and seed by seed.
+The gap check needs no training at all: it works on hand-made histories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainsys.fedavg import experiments as ref
+from trainsys.fedavg.server import FedAvgConfig
+from trainsys.grading._harness import CheckFailure
+from trainsys.grading._torch_harness import BAD, assert_equal, assert_real, fixed, run_torch_cases
+from trainsys.grading.fedavg_server import compare_records
+
+__all__ = [
+    "check_train_centralized_baseline",
+    "check_run_fedavg_iid",
+    "check_run_fedavg_non_iid",
+    "check_compute_non_iid_gap",
+    "check_rounds_to_target_vs_local_epochs",
+    "check_accuracy_vs_client_fraction",
+]
+
+TINY = {"num_examples": 90, "d_in": 3, "n_classes": 3, "d_hidden": 6, "num_clients": 5, "fraction": 0.4,
+        "epochs": 1, "batch_size": 5, "rounds": 3, "lr": 0.2}
+FEDAVG_KEYS = ("selected", "local_steps", "bytes_up", "bytes_down")
+
+
+def _record_compare(history_keys: tuple[str, ...]) -> Callable[[str, Any, dict], None]:
+    return lambda label, got, expected: compare_records(label, got, expected, history_keys)
+
+
+def _bad_configs(*names: str) -> list:
+    changes = {"lr": {"lr": -1.0}, "batch_size": {"batch_size": 0}, "fraction": {"fraction": 0.0},
+               "epochs": {"epochs": 0}, "num_clients": {"num_clients": 0}, "colour": {"colour": 2}}
+    return [(f"config {changes[n]}", BAD, n, fixed({**TINY, **changes[n]})) for n in names]
+
+
+# --- Lesson 21 -------------------------------------------------------------------------------------
+def check_train_centralized_baseline(fn: Callable[..., Any]) -> str:
+    """One epoch over the whole training set per round, the same seeds as FedAvg, nothing communicated."""
+    cases = [("tiny config", fixed(TINY)), ("momentum 0.5, seed 3", fixed({**TINY, "momentum": 0.5, "seed": 3})),
+             ("B = None (full batch), FedAvgConfig", fixed(FedAvgConfig(**{**TINY, "batch_size": None})))]
+    return run_torch_cases("train_centralized_baseline", fn, ref.train_centralized_baseline, cases,
+                           _record_compare(()), _bad_configs("lr", "batch_size", "colour"))
+
+
+# --- Lesson 22 -------------------------------------------------------------------------------------
+def check_run_fedavg_iid(fn: Callable[..., Any]) -> str:
+    """run_fedavg with partition="iid" and every other field of the given config kept."""
+    cases = [("a shards config made IID", fixed({**TINY, "partition": "shards"})),
+             ("IID config, seed 2, E=2", fixed({**TINY, "seed": 2, "epochs": 2})),
+             ("a Dirichlet FedAvgConfig made IID", fixed(FedAvgConfig(**{**TINY, "partition": "dirichlet"})))]
+    return run_torch_cases("run_fedavg_iid", fn, ref.run_fedavg_iid, cases, _record_compare(FEDAVG_KEYS),
+                           _bad_configs("fraction", "num_clients"))
+
+
+# --- Lesson 23 -------------------------------------------------------------------------------------
+def check_run_fedavg_non_iid(fn: Callable[..., Any]) -> str:
+    """IID becomes the paper's shards; a shards or Dirichlet config is kept as it is."""
+    cases = [("an IID config made non-IID", fixed(TINY)),
+             ("shards with 1 shard per client, seed 1", fixed({**TINY, "partition": "shards", "shards_per_client": 1,
+                                                              "seed": 1})),
+             ("Dirichlet alpha=0.3 kept", fixed({**TINY, "partition": "dirichlet", "alpha": 0.3, "seed": 2}))]
+    return run_torch_cases("run_fedavg_non_iid", fn, ref.run_fedavg_non_iid, cases, _record_compare(FEDAVG_KEYS),
+                           _bad_configs("epochs", "colour"))
+
+
+# --- Lesson 24 -------------------------------------------------------------------------------------
+def _history(accuracies: list[float]) -> list[dict[str, float]]:
+    return [{"round": t, "test_accuracy": a, "train_loss": 1.0} for t, a in enumerate(accuracies, start=1)]
+
+
+def check_compute_non_iid_gap(fn: Callable[..., Any]) -> str:
+    """IID minus non-IID per round, mean and sample spread over paired seeds; mismatches refused."""
+    iid3 = [{"history": _history(a)} for a in ([0.5, 0.7, 0.8, 0.85], [0.4, 0.6, 0.9, 0.8], [0.45, 0.75, 0.8, 0.9])]
+    non3 = [{"history": _history(a)} for a in ([0.3, 0.5, 0.4, 0.6], [0.45, 0.5, 0.7, 0.65], [0.2, 0.4, 0.6, 0.8])]
+    cases = [
+        ("one history each", fixed(_history([0.5, 0.7, 0.9]), _history([0.3, 0.6, 0.4]))),
+        ("run records", fixed({"history": _history([0.2, 0.8])}, {"history": _history([0.25, 0.5])})),
+        ("three seeds of four rounds", fixed(iid3, non3)),
+        ("one round", fixed(_history([0.6]), _history([0.6]))),
+    ]
+
+    def compare(label: str, got: Any, expected: dict) -> None:
+        if not isinstance(got, dict) or set(got) != set(expected):
+            raise CheckFailure(f"[{label}] must return a dict with keys {sorted(expected)}, got "
+                               f"{sorted(got) if isinstance(got, dict) else type(got).__name__}")
+        assert_equal(label, "rounds", got["rounds"], expected["rounds"])
+        assert_equal(label, "num_seeds", got["num_seeds"], expected["num_seeds"])
+        for key in ("gap_mean", "gap_std"):
+            if not isinstance(got[key], list) or len(got[key]) != len(expected[key]):
+                raise CheckFailure(f"[{label}] {key} must be a list of {len(expected[key])} floats")
+            for t, (g, e) in enumerate(zip(got[key], expected[key])):
+                assert_real(label, f"{key}[{t}]", g, e, rtol=1e-9, atol=1e-12)
+        for key in ("final_gap_mean", "final_gap_std", "mean_gap"):
+            assert_real(label, key, got[key], expected[key], rtol=1e-9, atol=1e-12)
+
+    invalid = [
+        ("3 rounds vs 2 rounds", BAD, "non_iid_history", fixed(_history([0.5, 0.6, 0.7]), _history([0.5, 0.6]))),
+        ("3 seeds vs 2 seeds", BAD, "non_iid_history", fixed(iid3, non3[:2])),
+        ("an empty history", BAD, "iid_history", fixed([], _history([0.5]))),
+    ]
+    return run_torch_cases("compute_non_iid_gap", fn, ref.compute_non_iid_gap, cases, compare, invalid)
+
+
+# --- Lessons 25–26 ---------------------------------------------------------------------------------
+def _compare_sweep(keys: tuple[str, ...], per_value: tuple[str, ...]) -> Callable[[str, Any, dict], None]:
+    def compare(label: str, got: Any, expected: dict) -> None:
+        if not isinstance(got, dict):
+            raise CheckFailure(f"[{label}] must return a record (a dict), got {type(got).__name__}")
+        missing = sorted(set(expected) - set(got))
+        if missing:
+            raise CheckFailure(f"[{label}] the record lacks {missing}")
+        for key in keys:
+            assert_equal(label, key, got[key], expected[key])
+        for key in per_value:
+            want = expected[key]
+            if not isinstance(got[key], dict) or set(got[key]) != set(want):
+                raise CheckFailure(f"[{label}] {key} must map each of {sorted(want)} to its value, got {got[key]!r}")
+            for v, w in want.items():
+                _value(label, f"{key}[{v}]", got[key][v], w)
+        wall = got["wall_time_s"]
+        if isinstance(wall, bool) or not isinstance(wall, float) or not wall > 0:
+            raise CheckFailure(f"[{label}] wall_time_s must be a float > 0, got {wall!r}")
+    return compare
+
+
+def _value(label: str, what: str, got: Any, want: Any) -> None:
+    """Lists element by element, ints and None exactly, floats to 1e-6."""
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            raise CheckFailure(f"[{label}] {what} must be a list of {len(want)} entries, got {got!r}")
+        for i, (g, w) in enumerate(zip(got, want)):
+            _value(label, f"{what}[{i}]", g, w)
+    elif want is None or got is None or isinstance(want, int):
+        assert_equal(label, what, got, want)
+    else:
+        assert_real(label, what, got, want, rtol=1e-6, atol=1e-6)
+
+
+def check_rounds_to_target_vs_local_epochs(fn: Callable[..., Any]) -> str:
+    """First round at or above the target per E and seed; means over the seeds that got there."""
+    cases = [
+        ("E in [1, 3], target 0.6, seeds (0, 1)", fixed({**TINY, "rounds": 4}, [1, 3], 0.6, (0, 1))),
+        ("non-IID shards, E in [2, 1], target 0.5, seeds (4, 5, 6)",
+         fixed({**TINY, "partition": "shards"}, [2, 1], 0.5, (4, 5, 6))),
+        ("a target nobody reaches", fixed(TINY, [1], 0.99, (0,))),
+    ]
+    keys = ("kind", "config", "epochs_list", "target", "seeds", "bytes_communicated")
+    per_value = ("rounds_to_target", "num_reached", "mean_rounds", "std_rounds", "final_accuracy_mean",
+                 "final_accuracy_std", "accuracy_curves")
+    invalid = [
+        ("epochs_list = []", BAD, "epochs_list", fixed(TINY, [], 0.5)),
+        ("epochs_list = [0]", BAD, "epochs_list", fixed(TINY, [0], 0.5)),
+        ("target = 0", BAD, "target", fixed(TINY, [1], 0.0)),
+        ("target = 1.5", BAD, "target", fixed(TINY, [1], 1.5)),
+        ("seeds = []", BAD, "seeds", fixed(TINY, [1], 0.5, [])),
+    ]
+    return run_torch_cases("rounds_to_target_vs_local_epochs", fn, ref.rounds_to_target_vs_local_epochs, cases,
+                           _compare_sweep(keys, per_value), invalid)
+
+
+def check_accuracy_vs_client_fraction(fn: Callable[..., Any]) -> str:
+    """Final accuracy per C and seed, mean ± sample spread, clients and bytes per round."""
+    cases = [
+        ("fractions [0.2, 1.0], seeds (0, 1, 2)", fixed(TINY, [0.2, 1.0], (0, 1, 2))),
+        ("non-IID, fractions [0.6, 0.1, 0.4], seeds (3, 4)", fixed({**TINY, "partition": "shards"}, [0.6, 0.1, 0.4],
+                                                                  (3, 4))),
+    ]
+    keys = ("kind", "config", "fractions", "seeds", "bytes_communicated")
+    per_value = ("clients_per_round", "final_accuracy", "mean", "std", "bytes_per_round", "accuracy_curves")
+    invalid = [
+        ("fractions = []", BAD, "fractions", fixed(TINY, [])),
+        ("fractions = [0]", BAD, "fractions", fixed(TINY, [0.0])),
+        ("fractions = [1.2]", BAD, "fractions", fixed(TINY, [1.2])),
+        ("seeds = [1, 1]", BAD, "seeds", fixed(TINY, [0.5], [1, 1])),
+    ]
+    return run_torch_cases("accuracy_vs_client_fraction", fn, ref.accuracy_vs_client_fraction, cases,
+                           _compare_sweep(keys, per_value), invalid)
+
