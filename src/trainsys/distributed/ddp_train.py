@@ -1,7 +1,7 @@
 """The two-layer MLP of Module 1 trained for real with DDP (SGD) or ZeRO-1 (``ZeroRedundancyOptimizer``).
 
 Run: ``torchrun --standalone --nproc_per_node=N -m trainsys.distributed.ddp_train --out r.json
---optimizer sgd|zero-adam --steps T --lr LR --n n --d-in d --d-hidden h --d-out o --seed S``.
+--optimizer sgd|zero-adam --steps T --lr LR --examples n --d-in d --d-hidden h --d-out o --seed S``.
 
 Every rank builds the same initial weights from ``init_mlp_params`` (NumPy, seed ``S``) and the same
 batch from ``make_synthetic_regression_batch`` (seed ``S + 1``), keeps its contiguous shard (the rule of
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--optimizer", choices=["sgd", "zero-adam"], default="sgd")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--n", type=int, default=64)
+    parser.add_argument("--examples", type=int, default=64)
     parser.add_argument("--d-in", type=int, default=8)
     parser.add_argument("--d-hidden", type=int, default=16)
     parser.add_argument("--d-out", type=int, default=2)
@@ -61,11 +61,11 @@ def main() -> None:
     torch.manual_seed(args.seed)
 
     params = init_mlp_params(args.d_in, args.d_hidden, args.d_out, np.random.default_rng(args.seed))
-    X, Y = make_synthetic_regression_batch(args.n, args.d_in, args.d_out, np.random.default_rng(args.seed + 1))
-    start, stop = micro_batch_bounds(args.n, world)[rank]
+    X, Y = make_synthetic_regression_batch(args.examples, args.d_in, args.d_out, np.random.default_rng(args.seed + 1))
+    start, stop = micro_batch_bounds(args.examples, world)[rank]
     x, y = torch.from_numpy(X[start:stop]), torch.from_numpy(Y[start:stop])  # this rank's shard
-    if args.n % world:
-        raise SystemExit("--n must be divisible by the number of ranks: DDP averages the ranks' gradients equally")
+    if args.examples % world:
+        raise SystemExit("--examples must be divisible by the number of ranks: DDP averages the ranks' gradients equally")
 
     model = DistributedDataParallel(torch_mlp(params))
     if args.optimizer == "sgd":

@@ -77,6 +77,7 @@ from trainsys.grading.mixed_precision import (
     check_scale_loss,
     check_unscale_gradients,
 )
+from trainsys.grading.trainer import check_train
 from trainsys.grading.zero import (
     check_all_gather_param_shards,
     check_init_adam_state,
@@ -217,6 +218,7 @@ __all__ = [
     "check_softmax",
     "check_split_into_micro_batches",
     "check_subtract_params",
+    "check_train",
     "check_train_centralized_baseline",
     "check_train_client_locally",
     "check_train_diloco",
