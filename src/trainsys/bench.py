@@ -193,7 +193,85 @@ def bench_grading() -> None:
     print(f"speed-up --jobs 2 vs --jobs 1: {seconds[1] / seconds[2]:.2f}x")
 
 
+def bench_data_parallel() -> None:
+    """Ring bytes per worker over the 2(N-1)/N·S bound, ZeRO state per worker, simulation vs torch.distributed."""
+    import numpy as np
+
+    from trainsys.memtrain import memory, zero
+    from trainsys.memtrain.mlp import init_mlp_params
+    from trainsys.memtrain.ring_allreduce import bytes_sent_per_worker, ring_all_reduce_mean
+
+    for numel in (1024, 1000):
+        ratios = []
+        for N in range(2, 9):
+            arrays = [np.ones(numel, np.float32) for _ in range(N)]
+            _, log = ring_all_reduce_mean(arrays)
+            ratios.append(max(bytes_sent_per_worker(log, N)) / (2 * (N - 1) / N * numel * 4))
+        print(f"ring, S = {numel} float32: bytes per worker / (2(N-1)/N * S) for N=2..8: "
+              + ", ".join(f"{r:.4f}" for r in ratios))
+    params = init_mlp_params(784, 200, 10, np.random.default_rng(0))
+    whole = zero.optimizer_state_bytes(zero.init_adam_state(params))
+    for N in (2, 4, 8):
+        per = zero.optimizer_state_bytes_per_worker(zero.init_sharded_adam_states(params, N))
+        print(f"ZeRO-1, 784-200-10 MLP, N={N}: state per worker / unsharded = {max(per) / whole:.4f} (1/N = {1 / N:.4f})")
+    zero_gb = [memory.compute_optimizer_memory_bytes(7_500_000_000, "mixed", 64, s)["total"] / 1e9 for s in range(4)]
+    print("ZeRO paper example (7.5B parameters, 64 workers), GB per worker by stage: "
+          + ", ".join(f"{g:.1f}" for g in zero_gb))
+    sys.path.insert(0, str(REPO))
+    import pytest  # the torch.distributed comparisons are the tests themselves; report their agreement here
+
+    start = time.perf_counter()
+    code = pytest.main(["-q", "-p", "no:cacheprovider", str(REPO / "tests" / "test_m1_distributed.py")])
+    print(f"simulation vs torch.distributed (2 gloo processes): tests {'passed' if code == 0 else 'FAILED'} "
+          f"in {time.perf_counter() - start:.1f} s (losses agree to rtol 1e-5 for DDP, 2e-5 for ZeroRedundancyOptimizer)")
+
+
+def bench_trainer() -> None:
+    """Lesson 40: every technique on vs the plain baseline, loss-curve agreement and memory per worker."""
+    from trainsys.memtrain.trainer import loss_curves_agree, train
+
+    base = train({})
+    for config in ({"num_workers": 4, "num_micro_batches": 2, "segment_size": 2, "zero_stage": 1},
+                   {"num_workers": 4, "num_micro_batches": 2, "segment_size": 2, "zero_stage": 1, "precision": "mixed"}):
+        run = train(config)
+        worst = loss_curves_agree(run, base, rtol=1.0)
+        print(f"train {config}: max relative loss difference to the baseline {worst:.2e}; memory per worker "
+              f"{run['memory_report']['total'] / 2**20:.2f} MiB vs {base['memory_report']['total'] / 2**20:.2f} MiB; "
+              f"{run['bytes_communicated_per_worker']:,} bytes sent per worker; {run['wall_time_s']:.2f} s")
+
+
+def bench_diloco() -> None:
+    """DiLoCo vs the synchronous baseline over H: bytes per step, held-out accuracy and loss gaps."""
+    from trainsys.diloco.experiment import main as diloco_sweep
+
+    start = time.perf_counter()
+    diloco_sweep()
+    print(f"DiLoCo sweep: {time.perf_counter() - start:.1f} s")
+
+
+def bench_fedavg() -> None:
+    """FedAvg: rounds to 80% accuracy per local-epoch count E (IID and non-IID), the non-IID gap, run times."""
+    from trainsys.fedavg import experiments as ex
+
+    for partition in ("iid", "shards"):
+        record = ex.rounds_to_target_vs_local_epochs({"partition": partition}, [1, 2, 5, 10], 0.8, seeds=(0, 1, 2))
+        cells = [f"E={E}: {record['mean_rounds'][E]:.1f} ± {record['std_rounds'][E]:.1f}"
+                 if record["mean_rounds"][E] is not None else f"E={E}: not reached" for E in (1, 2, 5, 10)]
+        print(f"FedAvg {partition:6s} rounds to 80% (3 seeds): " + "; ".join(cells)
+              + f"  ({record['wall_time_s']:.1f} s)")
+    start = time.perf_counter()
+    iid = [ex.run_fedavg_iid({"seed": s}) for s in (0, 1, 2)]
+    non_iid = [ex.run_fedavg_non_iid({"seed": s}) for s in (0, 1, 2)]
+    gap = ex.compute_non_iid_gap(iid, non_iid)
+    print(f"non-IID gap (IID − non-IID test accuracy): final {gap['final_gap_mean']:.3f} ± {gap['final_gap_std']:.3f}, "
+          f"mean over rounds {gap['mean_gap']:.3f}  ({time.perf_counter() - start:.1f} s for 6 runs)")
+
+
 SECTIONS: dict[str, Callable[[], None]] = {
+    "data_parallel": bench_data_parallel,
+    "trainer": bench_trainer,
+    "diloco": bench_diloco,
+    "fedavg": bench_fedavg,
     "grading": bench_grading,
     "accumulation": bench_accumulation,
     "checkpointing": bench_checkpointing,

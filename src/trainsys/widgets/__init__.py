@@ -23,7 +23,8 @@ from trainsys.memtrain.mixed_precision import training_memory_by_precision
 
 MiB = 2**20
 
-__all__ = ["explorer", "accumulation_explorer", "checkpointing_explorer", "precision_explorer"]
+__all__ = ["explorer", "accumulation_explorer", "checkpointing_explorer", "precision_explorer", "diloco_explorer",
+           "fedavg_explorer"]
 
 
 def explorer(controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., Figure]) -> widgets.VBox:
@@ -124,3 +125,53 @@ def precision_explorer(d_in: int = 784, d_hidden: int = 1024, d_out: int = 10, b
 
     return explorer({"precision": widgets.ToggleButtons(options=precisions, value=precisions[1],
                                                          description="precision")}, draw)
+
+
+def diloco_explorer(rounds_budget_steps: int = 200) -> widgets.VBox:
+    """H (inner steps) and k (workers) → DiLoCo's held-out accuracy vs bytes, beside the synchronous baseline.
+
+    Every setting trains for the same total number of inner steps per worker (``rounds_budget_steps``),
+    so moving H trades communication for staleness at equal compute (Module 2, Part 7).
+    """
+    from trainsys.diloco.loop import train_diloco, train_synchronous_baseline
+
+    def draw(inner_steps: int, num_workers: int) -> Figure:
+        config = {"inner_steps": inner_steps, "num_workers": num_workers,
+                  "rounds": max(rounds_budget_steps // inner_steps, 1), "progress": False}
+        diloco = train_diloco(config)
+        sync = train_synchronous_baseline(config)
+        fig, ax = plt.subplots(figsize=(7.5, 3.4))
+        for record, label, style in ((sync, "synchronous baseline", "s--"), (diloco, f"DiLoCo, H={inner_steps}", "o-")):
+            history = record["history"]
+            ax.semilogx([h["cumulative_bytes"] for h in history], [h["heldout_accuracy"] for h in history], style,
+                        ms=3, label=label)
+        ax.set_xlabel("bytes sent per worker (cumulative)"); ax.set_ylabel("held-out accuracy")
+        ax.set_title(f"k={num_workers} workers, {config['rounds'] * inner_steps} inner steps each: "
+                     f"{sync['history'][-1]['cumulative_bytes'] / diloco['history'][-1]['cumulative_bytes']:.0f}x "
+                     "fewer bytes", fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    return explorer({"inner_steps": _slider("inner steps H", [1, 5, 10, 25, 50, 100], 25),
+                     "num_workers": _slider("workers k", [1, 2, 4, 8], 4)}, draw)
+
+
+def fedavg_explorer(rounds: int = 15) -> widgets.VBox:
+    """Local epochs E and client fraction C → FedAvg's test-accuracy curve, IID and pathological non-IID."""
+    from trainsys.fedavg.server import run_fedavg
+
+    def draw(epochs: int, fraction: float) -> Figure:
+        fig, ax = plt.subplots(figsize=(7.5, 3.4))
+        for partition, style in (("iid", "o-"), ("shards", "s--")):
+            run = run_fedavg({"epochs": epochs, "fraction": fraction, "rounds": rounds, "partition": partition})
+            ax.plot([h["round"] for h in run["history"]], [h["test_accuracy"] for h in run["history"]], style, ms=3,
+                    label="IID" if partition == "iid" else "non-IID (2 label shards per client)")
+        ax.set_xlabel("communication round"); ax.set_ylabel("test accuracy"); ax.set_ylim(0, 1)
+        ax.set_title(f"FedAvg, E={epochs} local epochs, C={fraction} of 40 clients per round", fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    return explorer({"epochs": _slider("local epochs E", [1, 2, 5, 10], 1),
+                     "fraction": _slider("client fraction C", [0.025, 0.1, 0.2, 0.5, 1.0], 0.1)}, draw)
