@@ -19,7 +19,7 @@ export OMP_NUM_THREADS := 1
 
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 
-.PHONY: setup vendor book test release grade lab bench clean
+.PHONY: setup vendor browser book test release grade lab bench clean
 
 setup: $(STAMP)
 
@@ -46,7 +46,11 @@ book: setup vendor
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 	@echo "Built: $(abspath _build/html/index.html)"
 
-test: setup vendor
+# Debian's Chromium for the browser tests (never a browser downloaded by a tool).
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+test: setup vendor browser
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax tests solutions
 
 release: setup

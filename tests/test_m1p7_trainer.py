@@ -34,9 +34,12 @@ def test_m1_40_run_record_counts_bytes_and_memory() -> None:
     run = train({"num_workers": 4, "segment_size": 2, "num_micro_batches": 2, "zero_stage": 1})
     psi = sum(p.size for p in run["final_params"].values())
     assert run["bytes_communicated_per_worker"] == run["config"]["steps"] * max(ring_bytes_per_worker(psi, 4, 4))
-    # The simulation holds every worker in one process, so its peak is compared on one worker:
-    one = train({"segment_size": 2, "num_micro_batches": 4})
-    assert one["measured_first_step_peak_bytes_all_workers"] < BASELINE["measured_first_step_peak_bytes_all_workers"]
+    # The simulation holds every worker in one process, so its peak is compared on one worker, on a
+    # network and batch where activations (not Adam's parameter-sized arrays) set the peak:
+    big = {"layer_widths": [32, 256, 256, 256, 256, 4], "n": 1024, "batch": 1024, "steps": 1}
+    plain = train(big)["measured_first_step_peak_bytes_all_workers"]
+    lean = train({**big, "segment_size": 2, "num_micro_batches": 4})["measured_first_step_peak_bytes_all_workers"]
+    assert lean < 0.75 * plain, (lean, plain)  # 0.62 measured
     assert run["memory_report"]["total"] < BASELINE["memory_report"]["total"]
     assert set(run["seeds"]) == {"data", "order", "init"} and len(run["history"]) == run["config"]["steps"]
     assert run["wall_time_s"] > 0 and np.isfinite(run["losses"]).all()

@@ -204,3 +204,40 @@ def plot_memory_comparison(rows: list[Mapping[str, object]], ax=None):
     ax.set_ylabel("MiB per worker")
     ax.legend(fontsize=8)
     return ax
+
+
+def communication_bytes_per_step(num_params: int, precision: str, num_workers: int, zero_stage: int) -> float:
+    r"""Bytes each worker sends per step: :math:`\frac{N-1}{N}` of the gradient twice (reduce-scatter +
+    all-gather, i.e. one ring all-reduce), three times with ZeRO stage 3 (parameters are gathered for the
+    forward and the backward pass) — Rajbhandari et al. 2020, §7. Gradients travel in float16 when
+    ``precision == "mixed"``, float32 otherwise."""
+    psi = require_int("num_params", num_params, minimum=1)
+    precision = _require_precision(precision)
+    N = require_int("num_workers", num_workers, minimum=1)
+    stage = require_int("zero_stage", zero_stage, minimum=0, maximum=3)
+    itemsize = 2 if precision == "mixed" else 4
+    return itemsize * psi * (3 if stage == 3 else 2) * (N - 1) / N
+
+
+def explore_memory(config: Mapping) -> dict[str, float]:
+    """Everything the memory explorer shows for one configuration (the JavaScript twin must agree).
+
+    ``config``: ``width``, ``depth`` (the network is ``depth`` layers of ``width → width``), ``batch``,
+    ``num_micro_batches``, ``segment_size`` (None or 1..depth), ``precision``, ``num_workers``,
+    ``zero_stage``. Returns the per-worker :func:`memory_report` entries plus ``communication_bytes``
+    (per worker per step) and ``recompute_fraction`` (extra FLOPs over a plain step's three forwards).
+    """
+    require_keys("config", config, ("width", "depth", "batch", "num_micro_batches", "segment_size", "precision",
+                                    "num_workers", "zero_stage"))
+    width = require_int("config['width']", config["width"], minimum=1)
+    depth = require_int("config['depth']", config["depth"], minimum=1)
+    widths = [width] * (depth + 1)
+    report = memory_report({"layer_widths": widths, **{k: config[k] for k in (
+        "batch", "num_micro_batches", "segment_size", "precision", "num_workers", "zero_stage")}})
+    psi = depth * (width * width + width)
+    s = config["segment_size"]
+    recomputed = 0 if s is None else depth - math.ceil(depth / s)  # equal widths: FLOPs ∝ layers
+    return {**report,
+            "communication_bytes": communication_bytes_per_step(psi, config["precision"], config["num_workers"],
+                                                                config["zero_stage"]),
+            "recompute_fraction": recomputed / (3 * depth)}

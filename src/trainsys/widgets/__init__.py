@@ -24,7 +24,7 @@ from trainsys.memtrain.mixed_precision import training_memory_by_precision
 MiB = 2**20
 
 __all__ = ["explorer", "accumulation_explorer", "checkpointing_explorer", "precision_explorer", "diloco_explorer",
-           "fedavg_explorer"]
+           "fedavg_explorer", "memory_explorer"]
 
 
 def explorer(controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., Figure]) -> widgets.VBox:
@@ -175,3 +175,52 @@ def fedavg_explorer(rounds: int = 15) -> widgets.VBox:
 
     return explorer({"epochs": _slider("local epochs E", [1, 2, 5, 10], 1),
                      "fraction": _slider("client fraction C", [0.025, 0.1, 0.2, 0.5, 1.0], 0.1)}, draw)
+
+
+def memory_explorer() -> widgets.VBox:
+    """Precision, workers, ZeRO stage, micro-batches, segment size, width, depth, batch → bytes per worker.
+
+    Computed by :func:`trainsys.memtrain.memory.explore_memory` — the formulas the lessons derive; the
+    book's page runs their JavaScript twin (``book/explorer/memory_explorer.js``), tested to agree.
+    """
+    from trainsys.memtrain.memory import explore_memory
+
+    parts = ("parameters", "gradients", "optimizer_states", "activations")
+
+    def draw(precision: str, num_workers: int, zero_stage: int, num_micro_batches: int, segment_size: str,
+             width: int, depth: int, batch: int) -> Figure:
+        seg = None if segment_size == "off" else min(int(segment_size), depth)
+        micro = min(num_micro_batches, -(-batch // num_workers))
+        r = explore_memory({"precision": precision, "num_workers": num_workers, "zero_stage": zero_stage,
+                            "num_micro_batches": micro, "segment_size": seg, "width": width, "depth": depth,
+                            "batch": batch})
+        fig, ax = plt.subplots(figsize=(8, 2.6))
+        left = 0.0
+        for color, part in zip(plt.cm.tab10.colors, parts):
+            ax.barh(0, r[part] / MiB, left=left, color=color, label=f"{part.replace('_', ' ')} {r[part] / MiB:.1f}")
+            left += r[part] / MiB
+        ax.set_yticks([]); ax.set_xlabel("MiB per worker")
+        ax.set_title(f"total {r['total'] / MiB:.1f} MiB per worker · sends {r['communication_bytes'] / MiB:.1f} MiB "
+                     f"per step · recompute +{100 * r['recompute_fraction']:.0f}%", fontsize=9)
+        ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+        fig.tight_layout()
+        return fig
+
+    def pick(name: str, options: list, value: object) -> widgets.Dropdown:
+        return widgets.Dropdown(options=options, value=value, description=name, style={"description_width": "initial"},
+                                layout=widgets.Layout(width="210px"))
+
+    controls = {
+        "precision": pick("precision", ["fp32", "mixed"], "mixed"),
+        "num_workers": pick("workers", [1, 2, 4, 8, 16, 64], 4),
+        "zero_stage": pick("ZeRO stage", [0, 1, 2, 3], 1),
+        "num_micro_batches": pick("micro-batches", [1, 2, 4, 8, 16], 2),
+        "segment_size": pick("segment", ["off", "1", "2", "4", "8", "16"], "4"),
+        "width": pick("width", [256, 512, 1024, 2048, 4096], 1024),
+        "depth": pick("depth", [4, 8, 16, 24, 32], 16),
+        "batch": pick("batch", [64, 256, 1024, 4096], 1024),
+    }
+    box = explorer(controls, draw)
+    rows = list(controls.values())
+    box.children = (widgets.VBox([widgets.HBox(rows[:4]), widgets.HBox(rows[4:])]), box.children[1])
+    return box
