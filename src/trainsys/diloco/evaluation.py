@@ -120,8 +120,6 @@ def communication_savings(
         if entry["cumulative_bytes"] <= 0 or entry["steps"] <= 0:
             raise ValueError(f"{name} must count positive steps and bytes, got {entry['steps']} steps and "
                              f"{entry['cumulative_bytes']} bytes at round {entry['round']}")
-    per_step_d = d[-1]["cumulative_bytes"] / d[-1]["steps"]
-    per_step_s = s[-1]["cumulative_bytes"] / s[-1]["steps"]
     return {
         "metric": metric,
         "target": sign * target,
@@ -130,5 +128,6 @@ def communication_savings(
         "diloco_bytes": int(first_d["cumulative_bytes"]),
         "sync_bytes": int(first_s["cumulative_bytes"]),
         "ratio": float(first_s["cumulative_bytes"] / first_d["cumulative_bytes"]),
-        "bytes_per_step_ratio": float(per_step_s / per_step_d),
+        # (bytes_s / steps_s) / (bytes_d / steps_d), as one division of integer products: exactly H
+        "bytes_per_step_ratio": (s[-1]["cumulative_bytes"] * d[-1]["steps"]) / (d[-1]["cumulative_bytes"] * s[-1]["steps"]),
     }

@@ -145,7 +145,7 @@ def diloco_explorer(rounds_budget_steps: int = 200) -> widgets.VBox:
             history = record["history"]
             ax.semilogx([h["cumulative_bytes"] for h in history], [h["heldout_accuracy"] for h in history], style,
                         ms=3, label=label)
-        ax.set_xlabel("bytes sent per worker (cumulative)"); ax.set_ylabel("held-out accuracy")
+        ax.set_xlabel("bytes sent by all workers (cumulative)"); ax.set_ylabel("held-out accuracy")
         ax.set_title(f"k={num_workers} workers, {config['rounds'] * inner_steps} inner steps each: "
                      f"{sync['history'][-1]['cumulative_bytes'] / diloco['history'][-1]['cumulative_bytes']:.0f}x "
                      "fewer bytes", fontsize=9)
