@@ -24,6 +24,11 @@ from trainsys.course import nbgrader_env
 if TYPE_CHECKING:
     from trainsys.autograde.runner import Options
 
+NOT_ISOLATABLE = {
+    # returns a tensor whose autograd graph (the point of the lesson) cannot cross a process boundary;
+    # its hidden check runs in the kernel only, and tampering is still detected
+    "compute_batch_loss",
+}
 CHECK_CALL = re.compile(r"check_(\w+)\((\w+)\)")
 REFERENCE_IMPORT = re.compile(r"\b(?:from|import)\s+trainsys\.(?:memtrain|diloco|fedavg)\b|\btrainsys\.(?:memtrain|diloco|fedavg)\.")
 
@@ -108,6 +113,8 @@ def _isolated_check(options: Options, parts: dict[str, str], cells: list[str]) -
     check = getattr(grading, f"check_{parts['function']}", None)
     if check is None:
         return None, []
+    if parts["function"] in NOT_ISOLATABLE:
+        check = None  # load the answer for the tampering scan only
     try:
         with StudentProcess(cells, parts["function"], timeout=options.timeout,
                             memory_limit_bytes=options.memory_limit_mb * 2**20) as student:
@@ -115,7 +122,8 @@ def _isolated_check(options: Options, parts: dict[str, str], cells: list[str]) -
             if not student.status["ok"]:
                 return f"the answer does not load: {student.status['error']}"[:300], tampered
             try:
-                check(student.function)
+                if check is not None:
+                    check(student.function)
             except AssertionError as exc:
                 return str(exc).splitlines()[0][:300], tampered
             return None, tampered

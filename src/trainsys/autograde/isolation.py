@@ -85,9 +85,18 @@ def _at(obj: Any, path: tuple) -> Any:
     return obj
 
 
+def _shared_types() -> tuple[type, ...]:
+    """Objects a function may return or update in place: containers, arrays, generators, torch objects."""
+    types: tuple[type, ...] = (dict, list, np.ndarray, np.random.Generator)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        types += (torch.Tensor, torch.nn.Module, torch.Generator)
+    return types
+
+
 def _encode_result(result: Any, args: Any) -> Any:
     """Replace objects of ``result`` that are (or view) parts of ``args`` by references to them."""
-    by_id = {id(o): p for p, o in _walk(args) if isinstance(o, (dict, list, np.ndarray))}
+    by_id = {id(o): p for p, o in _walk(args) if isinstance(o, _shared_types())}
     arrays = [(p, o) for p, o in _walk(args) if isinstance(o, np.ndarray)]
 
     def encode(obj: Any) -> Any:
@@ -131,7 +140,32 @@ def _decode_result(result: Any, args: Any) -> Any:
 
 
 def _write_back(target: Any, source: Any) -> None:
-    """Make the parent's arguments equal the child's after the call, in place where possible."""
+    """Make the parent's arguments equal the child's after the call, in place where possible.
+
+    Arrays and tensors are copied into, dicts and lists updated entry by entry, a NumPy generator takes
+    the child's state (the draws the function made), a torch module its parameters, buffers and mode.
+    """
+    torch = sys.modules.get("torch")
+    if isinstance(target, np.random.Generator) and isinstance(source, np.random.Generator):
+        target.bit_generator.state = source.bit_generator.state
+        return
+    if torch is not None:
+        if isinstance(target, torch.Generator) and isinstance(source, torch.Generator):
+            target.set_state(source.get_state())
+            return
+        if isinstance(target, torch.nn.Module) and isinstance(source, torch.nn.Module):
+            with torch.no_grad():
+                target.load_state_dict(source.state_dict())
+            for mine, theirs in zip(target.modules(), source.modules()):
+                mine.training = theirs.training
+            for mine, theirs in zip(target.parameters(), source.parameters()):
+                mine.grad = None if theirs.grad is None else theirs.grad.detach().clone()
+            return
+        if isinstance(target, torch.Tensor) and isinstance(source, torch.Tensor):
+            if target.shape == source.shape and target.dtype == source.dtype:
+                with torch.no_grad():
+                    target.copy_(source)
+            return
     if isinstance(target, np.ndarray) and isinstance(source, np.ndarray):
         if target.shape == source.shape and target.flags.writeable:
             np.copyto(target, source, casting="unsafe")
@@ -140,13 +174,16 @@ def _write_back(target: Any, source: Any) -> None:
             if key not in source:
                 del target[key]
         for key, value in source.items():
-            if key in target and isinstance(target[key], (np.ndarray, dict, list)):
+            if key in target and isinstance(target[key], _shared_types()):
                 _write_back(target[key], value)
             else:
                 target[key] = value
     elif isinstance(target, list) and isinstance(source, list):
         for i, value in enumerate(source[: len(target)]):
             _write_back(target[i], value)
+    elif isinstance(target, tuple) and isinstance(source, tuple):
+        for mine, theirs in zip(target, source):
+            _write_back(mine, theirs)
 
 
 # --- the child ---------------------------------------------------------------------------------------
@@ -253,7 +290,7 @@ class StudentProcess:
         reply = self._reply()
         if not reply["ok"]:
             raise EXCEPTIONS.get(reply["type"], RuntimeError)(reply["message"])
-        _write_back(list(args), list(reply["args"][0]))
+        _write_back(tuple(args), tuple(reply["args"][0]))
         _write_back(kwargs, reply["args"][1])
         return _decode_result(reply["result"], (args, kwargs))
 

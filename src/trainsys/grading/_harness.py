@@ -18,6 +18,10 @@ from typing import Any
 import numpy as np
 
 
+BAD = (TypeError, ValueError)
+"""What an invalid-input case accepts: the contract says TypeError or ValueError, naming the argument."""
+
+
 class CheckFailure(AssertionError):
     """A graded check failed; the message says on which case and how."""
 
@@ -222,3 +226,27 @@ def run_cases(
             args, kwargs = make()
             expect_raises(fn, label, errors, argument, *args, **kwargs)
     return passed(name, len(cases) + len(invalid))
+
+
+def fixed(*args: Any, **kwargs: Any) -> Callable[[], Args]:
+    """A case factory: fresh deep copies of fixed arguments, one set for every call."""
+    return lambda: copy.deepcopy((args, kwargs))
+
+
+def assert_contiguous_views(label: str, got: Any, expected: list, X: np.ndarray, Y: np.ndarray, piece: str,
+                            rule: str) -> None:
+    """``got`` must split ``(X, Y)`` into the pieces of ``expected``: same sizes and values, and views of
+    ``X`` and ``Y`` (slicing costs no memory). ``piece`` names a part ("micro-batch", "shard"); ``rule``
+    is the size rule quoted when the sizes differ."""
+    if not isinstance(got, list):
+        raise CheckFailure(f"[{label}] must return a list of (X, Y) pairs, got {type(got).__name__}")
+    got_sizes = [len(pair[0]) if isinstance(pair, (tuple, list)) and pair else None for pair in got]
+    want_sizes = [len(x) for x, _ in expected]
+    if got_sizes != want_sizes:
+        raise CheckFailure(f"[{label}] {piece} sizes are {got_sizes}, expected {want_sizes} ({rule})")
+    for i, (pair, (x_ref, y_ref)) in enumerate(zip(got, expected)):
+        x_i, y_i = assert_tuple(label, f"{piece} {i}", pair, 2)
+        assert_array(label, f"X of {piece} {i}", x_i, x_ref, exact=True)
+        assert_array(label, f"Y of {piece} {i}", y_i, y_ref, exact=True)
+        if not (np.shares_memory(x_i, X) and np.shares_memory(y_i, Y)):
+            raise CheckFailure(f"[{label}] {piece} {i} is a copy; slices of X and Y (views) cost no memory")

@@ -14,6 +14,9 @@ from typing import Any
 import numpy as np
 
 from trainsys.grading._harness import (
+    assert_contiguous_views,
+    fixed as _fixed,
+    BAD,
     Args,
     CheckFailure,
     assert_array,
@@ -35,7 +38,6 @@ __all__ = [
     "check_grad_accumulation_step",
 ]
 
-BAD = (TypeError, ValueError)
 
 
 def _data(n: int, d_in: int = 3, d_out: int = 2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -48,8 +50,6 @@ def _grads(seed: int, d_in: int = 3, d_h: int = 4, d_out: int = 2, dtype: type =
     return {k: rng.standard_normal(s).astype(dtype) for k, s in shapes.items()}
 
 
-def _fixed(*args: Any) -> Callable[[], Args]:
-    return lambda: (copy.deepcopy(args), {})
 
 
 # --- Lesson 11 -------------------------------------------------------------------------------------
@@ -59,20 +59,8 @@ def check_split_into_micro_batches(fn: Callable[..., Any]) -> str:
     cases = [(f"n={n}, num_micro_batches={m}", _fixed(*_data(n, seed=i), m)) for i, (n, m) in enumerate(sizes)]
 
     def compare(label: str, got: Any, expected: list, inputs: Args) -> None:
-        X, Y = inputs[0][0], inputs[0][1]
-        if not isinstance(got, list):
-            raise CheckFailure(f"[{label}] must return a list of (X_i, Y_i) pairs, got {type(got).__name__}")
-        got_sizes = [len(pair[0]) if isinstance(pair, (tuple, list)) and pair else None for pair in got]
-        want_sizes = [len(x) for x, _ in expected]
-        if got_sizes != want_sizes:
-            raise CheckFailure(f"[{label}] micro-batch sizes are {got_sizes}, expected {want_sizes} "
-                               "(the first n mod M micro-batches take one extra example)")
-        for i, (pair, (x_ref, y_ref)) in enumerate(zip(got, expected)):
-            x_i, y_i = assert_tuple(label, f"micro-batch {i}", pair, 2)
-            assert_array(label, f"X of micro-batch {i}", x_i, x_ref, exact=True)
-            assert_array(label, f"Y of micro-batch {i}", y_i, y_ref, exact=True)
-            if not (np.shares_memory(x_i, X) and np.shares_memory(y_i, Y)):
-                raise CheckFailure(f"[{label}] micro-batch {i} is a copy; slices of X and Y (views) cost no memory")
+        assert_contiguous_views(label, got, expected, inputs[0][0], inputs[0][1], "micro-batch",
+                                "the first n mod M micro-batches take one extra example")
 
     X, Y = _data(6)
     invalid = [

@@ -15,6 +15,9 @@ from typing import Any
 import numpy as np
 
 from trainsys.grading._harness import (
+    assert_contiguous_views,
+    fixed as _fixed,
+    BAD,
     Args,
     CheckFailure,
     assert_array,
@@ -37,11 +40,8 @@ __all__ = [
     "check_bucket_gradients",
 ]
 
-BAD = (TypeError, ValueError)
 
 
-def _fixed(*args: Any, **kwargs: Any) -> Callable[[], Args]:
-    return lambda: (copy.deepcopy(args), copy.deepcopy(kwargs))
 
 
 def _data(n: int, d_in: int = 3, d_out: int = 2, seed: int = 0, dtype: type = np.float32):
@@ -102,20 +102,8 @@ def check_shard_dataset_across_workers(fn: Callable[..., Any]) -> str:
     cases = [(f"n={n}, num_workers={N}", _fixed(*_data(n, seed=i), N)) for i, (n, N) in enumerate(sizes)]
 
     def compare(label: str, got: Any, expected: list, inputs: Args) -> None:
-        X, Y = inputs[0][0], inputs[0][1]
-        if not isinstance(got, list):
-            raise CheckFailure(f"[{label}] must return a list of (X_k, Y_k) pairs, got {type(got).__name__}")
-        got_sizes = [len(pair[0]) if isinstance(pair, (tuple, list)) and pair else None for pair in got]
-        want_sizes = [len(x) for x, _ in expected]
-        if got_sizes != want_sizes:
-            raise CheckFailure(f"[{label}] shard sizes are {got_sizes}, expected {want_sizes} "
-                               "(the first n mod N workers take one extra example; none is dropped)")
-        for k, (pair, (x_ref, y_ref)) in enumerate(zip(got, expected)):
-            x_k, y_k = assert_tuple(label, f"shard {k}", pair, 2)
-            assert_array(label, f"X of shard {k}", x_k, x_ref, exact=True)
-            assert_array(label, f"Y of shard {k}", y_k, y_ref, exact=True)
-            if not (np.shares_memory(x_k, X) and np.shares_memory(y_k, Y)):
-                raise CheckFailure(f"[{label}] shard {k} is a copy; slices of X and Y (views) cost no memory")
+        assert_contiguous_views(label, got, expected, inputs[0][0], inputs[0][1], "shard",
+                                "the first n mod N workers take one extra example; none is dropped")
 
     X, Y = _data(6)
     invalid = [

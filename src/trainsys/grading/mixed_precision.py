@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from trainsys.grading._harness import (
+    fixed as _args,
+    BAD,
     Args,
     CheckFailure,
     assert_array,
@@ -36,7 +38,6 @@ __all__ = [
     "check_unscale_gradients",
 ]
 
-BAD = (TypeError, ValueError)
 F16_EDGES = np.array([65504.0, 65519.0, 65520.0, 7e4, -1e5, 3e38, 2.0**-14, 2.0**-24, 2.0**-25, 3e-8, -1e-9, 0.5],
                      dtype=np.float32)
 """float16's edges: max, rounds down to max, the first overflow, beyond it (both signs), near float32's max,
@@ -47,13 +48,6 @@ def _normal(seed: int, shape: tuple[int, ...], dtype: type = np.float32, std: fl
     return np.asarray(np.random.default_rng(seed).standard_normal(shape) * std).astype(dtype)
 
 
-def _args(*args: Any, **kwargs: Any) -> Callable[[], Args]:
-    """A factory returning fresh deep copies of fixed arguments, one set per call."""
-
-    def make() -> Args:
-        return copy.deepcopy((args, kwargs))
-
-    return make
 
 
 def _tree(seed: int, dtype: type = np.float32, std: float = 1.0) -> dict[str, np.ndarray]:
