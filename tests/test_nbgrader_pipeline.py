@@ -17,6 +17,9 @@ import pytest
 from trainsys.course import REPO, assignments, make_course_copy, run_nbgrader, solved_answers, submit
 
 ASSIGNMENTS = assignments()
+# nbgrader's autograde end to end on one NumPy part and one PyTorch part (every lesson's cells already run,
+# hidden checks included, under nbval; the pipeline itself is the same for every part)
+AUTOGRADED = ["m1p1-mlp-core", "m3p4-param-aggregation"]
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +57,12 @@ def test_release_hides_solutions_and_hidden_tests() -> None:
 def test_autograde_gives_full_marks_to_solutions_and_zero_to_the_release(course: Path) -> None:
     from nbgrader.api import Gradebook
 
-    for assignment in ASSIGNMENTS:
+    for assignment in AUTOGRADED:
         submit(course, "solved_student", assignment, solved_answers(course, assignment))
         submit(course, "blank_student", assignment)
         run_nbgrader(course, "autograde", assignment, "--create")
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        for assignment in ASSIGNMENTS:
+        for assignment in AUTOGRADED:
             solved = gb.find_submission(assignment, "solved_student")
             blank = gb.find_submission(assignment, "blank_student")
             lessons = len(list((REPO / "solutions" / assignment).glob("*.ipynb")))
@@ -67,3 +70,15 @@ def test_autograde_gives_full_marks_to_solutions_and_zero_to_the_release(course:
             per_notebook = {nb.name: (nb.score, nb.max_score) for nb in solved.notebooks}
             assert solved.score == solved.max_score, f"solutions lost points: {per_notebook}"
             assert blank.score == 0, {nb.name: nb.score for nb in blank.notebooks}
+
+
+def test_every_test_cell_of_every_release_calls_the_stubbed_function() -> None:
+    """So the untouched release scores 0 everywhere: each graded cell reaches the NotImplementedError."""
+    for path in sorted((REPO / "notebooks").glob("*/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+        function = answer.source.split("def ", 1)[1].split("(", 1)[0]
+        source = nbformat.read(REPO / "solutions" / path.parent.name / path.name, as_version=4)
+        for cell in source.cells:
+            if cell.metadata.get("nbgrader", {}).get("grade"):
+                assert f"{function}(" in cell.source, f"{path.name}: test cell {cell.id} never calls {function}"
