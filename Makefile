@@ -39,7 +39,9 @@ book/vendor/.complete: book/package.json book/package-lock.json
 	cp -r book/node_modules/mathjax/es5 book/vendor/mathjax
 	cp book/node_modules/requirejs/require.js book/vendor/require.js
 	cp book/node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js book/vendor/html-manager/
-	cp book/node_modules/@jupyter-widgets/html-manager/dist/*.woff* book/vendor/html-manager/
+	cp book/node_modules/@jupyter-widgets/html-manager/dist/*.woff* book/node_modules/@jupyter-widgets/html-manager/dist/*.ttf \
+	  book/node_modules/@jupyter-widgets/html-manager/dist/*.eot book/node_modules/@jupyter-widgets/html-manager/dist/*.svg \
+	  book/vendor/html-manager/
 	touch $@
 
 book: setup vendor

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import nbformat
 
 import trainsys.grading as grading
-from trainsys.autograde.isolation import StudentProcess
+from trainsys.autograde.isolation import IsolationUnavailable, StudentProcess
 from trainsys.course import nbgrader_env
 
 if TYPE_CHECKING:
@@ -90,7 +90,9 @@ def recheck_notebooks(options: Options, student: str, assignment: str, sources: 
                 continue
             if any(REFERENCE_IMPORT.search(cell) for cell in cells):
                 flags.append(f"{source.name}: the answer uses the reference implementation from trainsys")
-            verdict, tampered = _isolated_check(options, parts, [parts.get("setup", ""), *cells])
+            verdict, tampered, unavailable = _isolated_check(options, parts, [parts.get("setup", ""), *cells])
+            if unavailable:
+                flags.append(f"{source.name}: could not be re-checked in isolation ({unavailable}); kernel score kept")
             try:
                 hidden = gb.find_grade(parts["hidden_id"], source.stem, assignment, student)
                 visible = gb.find_grade(parts.get("visible_id", ""), source.stem, assignment, student)
@@ -108,24 +110,30 @@ def recheck_notebooks(options: Options, student: str, assignment: str, sources: 
     return flags
 
 
-def _isolated_check(options: Options, parts: dict[str, str], cells: list[str]) -> tuple[str | None, list[str]]:
-    """``(None, tampered)`` when the check passes out of the kernel, else ``(first line of the failure, tampered)``."""
+def _isolated_check(options: Options, parts: dict[str, str], cells: list[str]
+                    ) -> tuple[str | None, list[str], str | None]:
+    """``(failure, tampered, unavailable)``: the first line of a failed case (``None`` when the check
+    passes), the testing functions the code replaced, and why the re-check could not run (a process
+    that did not answer or died: no conclusion, so no score is lowered)."""
     check = getattr(grading, f"check_{parts['function']}", None)
     if check is None:
-        return None, []
+        return None, [], None
     if parts["function"] in NOT_ISOLATABLE:
         check = None  # load the answer for the tampering scan only
-    try:
-        with StudentProcess(cells, parts["function"], timeout=options.timeout,
+    tampered: list[str] = []
+    try:  # generous time: a loaded machine must not cost a correct answer its points
+        with StudentProcess(cells, parts["function"], timeout=max(60.0, 4.0 * options.timeout),
                             memory_limit_bytes=options.memory_limit_mb * 2**20) as student:
             tampered = student.status.get("tampered", [])
             if not student.status["ok"]:
-                return f"the answer does not load: {student.status['error']}"[:300], tampered
+                return f"the answer does not load: {student.status['error']}"[:300], tampered, None
             try:
                 if check is not None:
                     check(student.function)
             except AssertionError as exc:
-                return str(exc).splitlines()[0][:300], tampered
-            return None, tampered
-    except (TimeoutError, RuntimeError, OSError) as exc:
-        return f"{type(exc).__name__}: {exc}"[:300], []
+                return str(exc).splitlines()[0][:300], tampered, None
+            return None, tampered, None
+    except IsolationUnavailable as exc:
+        return None, tampered, str(exc)[:200]
+    except OSError as exc:
+        return None, tampered, f"{type(exc).__name__}: {exc}"[:200]

@@ -35,6 +35,13 @@ GUARDED_NAMES = {
     "numpy": ("allclose", "isclose", "array_equal", "abs", "all", "any", "isnan", "isfinite", "max", "where"),
     "builtins": ("abs", "isinstance", "len", "getattr", "print", "float", "int", "type", "callable"),
 }
+class IsolationUnavailable(BaseException):
+    """The student process did not answer (too slow, crashed): nothing can be concluded about the answer.
+
+    A ``BaseException``, so that a check's ``except Exception`` does not turn it into a failed case.
+    """
+
+
 EXCEPTIONS = {e.__name__: e for e in (TypeError, ValueError, NotImplementedError, AssertionError, KeyError,
                                       IndexError, ZeroDivisionError, AttributeError, RuntimeError, MemoryError)}
 
@@ -213,9 +220,15 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
 
     namespace: dict[str, Any] = {"__name__": "__main__"}
     first_error = None
+    try:  # IPython syntax (%magics, !shell) becomes plain Python calls, as in the kernel
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        transform = TransformerManager().transform_cell
+    except ImportError:
+        transform = str
     for index, source in enumerate(request["cells"]):  # like a kernel: a failing cell does not stop the next
         try:
-            exec(compile(source, f"<cell {index}>", "exec"), namespace)
+            exec(compile(transform(source), f"<cell {index}>", "exec"), namespace)
         except BaseException as exc:  # noqa: BLE001 - report whatever the student code raised
             first_error = first_error or f"{type(exc).__name__}: {exc}"
     fn = namespace.get(request["name"])
@@ -280,13 +293,16 @@ class StudentProcess:
         reader.join(self.timeout)
         if reader.is_alive():
             self.close()
-            raise TimeoutError(f"the student's code did not answer within {self.timeout:.0f} s")
+            raise IsolationUnavailable(f"the student's code did not answer within {self.timeout:.0f} s")
         if "error" in box:
-            raise RuntimeError(f"the student's process ended: {box['error']}")
+            raise IsolationUnavailable(f"the student's process ended: {box['error']}")
         return box["reply"]
 
     def call(self, args: tuple, kwargs: dict) -> Any:
-        _send(self.process.stdin, (args, kwargs))
+        try:
+            _send(self.process.stdin, (args, kwargs))
+        except (BrokenPipeError, OSError) as exc:
+            raise IsolationUnavailable(f"the student's process is gone: {exc}") from None
         reply = self._reply()
         if not reply["ok"]:
             raise EXCEPTIONS.get(reply["type"], RuntimeError)(reply["message"])

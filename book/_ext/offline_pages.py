@@ -1,0 +1,46 @@
+"""Sphinx extension: pages that load nothing they cannot find, and log no errors, offline.
+
+- Thebe (live code on a remote kernel) is off in this book, but sphinx-thebe still adds its loader and a
+  ``const THEBE_JS_URL`` script, twice when the environment is read twice, which throws in the console:
+  both are dropped from every page.
+- The ipywidgets embed manager asks for its icon fonts at ``@jupyter-widgets/html-manager/dist/<file>``
+  relative to the page; the fonts are copied next to every page that embeds widgets, so the request
+  succeeds from a web server and from ``file://`` alike.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+FONT_DIR = Path(__file__).resolve().parents[1] / "vendor" / "html-manager"
+
+
+def drop_thebe(app, pagename, templatename, context, doctree) -> None:
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    context["script_files"] = [
+        js for js in scripts
+        if "sphinx-thebe" not in str(getattr(js, "filename", js) or "")
+        and "THEBE_JS_URL" not in str(getattr(js, "attributes", {}).get("body", ""))
+    ]
+
+
+def copy_widget_fonts(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    fonts = [p for p in FONT_DIR.glob("*") if p.suffix in {".woff", ".woff2", ".ttf", ".eot", ".svg"}]
+    outdir = Path(app.outdir)
+    folders = {page.parent for page in outdir.rglob("*.html") if "html-manager/embed-amd.js" in page.read_text()}
+    for folder in folders:
+        target = folder / "@jupyter-widgets" / "html-manager" / "dist"
+        target.mkdir(parents=True, exist_ok=True)
+        for font in fonts:
+            shutil.copy2(font, target / font.name)
+
+
+def setup(app):
+    app.connect("html-page-context", drop_thebe)
+    app.connect("build-finished", copy_widget_fonts)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
