@@ -3,6 +3,8 @@
 - Thebe (live code on a remote kernel) is off in this book, but sphinx-thebe still adds its loader and a
   ``const THEBE_JS_URL`` script, twice when the environment is read twice, which throws in the console:
   both are dropped from every page.
+- The ipywidgets embed manager typesets widget output through MathJax 2's ``Hub``; a shim
+  (``book/explorer/mathjax_hub_shim.js``) gives MathJax 3 one.
 - The ipywidgets embed manager asks for its icon fonts at ``@jupyter-widgets/html-manager/dist/<file>``
   relative to the page; the fonts are copied next to every page that embeds widgets, so the request
   succeeds from a web server and from ``file://`` alike.
@@ -41,6 +43,7 @@ def copy_widget_fonts(app, exception) -> None:
 
 
 def setup(app):
+    app.add_js_file("mathjax_hub_shim.js", priority=100)  # before MathJax (500) and the widget manager
     app.connect("html-page-context", drop_thebe)
     app.connect("build-finished", copy_widget_fonts)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
