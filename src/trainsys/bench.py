@@ -77,6 +77,8 @@ def bench_book() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = yaml.safe_load((REPO / "_config.yml").read_text())
         config["execute"]["cache"] = str(Path(tmp) / "cache")
+        extensions = config["sphinx"]["local_extensions"]  # resolved next to the config file: make them absolute
+        config["sphinx"]["local_extensions"] = {name: str(REPO / path) for name, path in extensions.items()}
         config_path = Path(tmp) / "_config.yml"
         config_path.write_text(yaml.safe_dump(config))
         start = time.perf_counter()
