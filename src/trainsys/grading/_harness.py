@@ -194,7 +194,11 @@ def run_cases(
     *,
     mutable: tuple[int, ...] = (),
     compare_with_inputs: bool = False,
-) -> str:
+    snapshot: Callable[[Any], Any] = copy.deepcopy,
+    unchanged: Callable[[str, str, Any, Any], None] | None = None,
+    student_call: Callable[..., Any] | None = None,
+    count_only: bool = False,
+) -> str | int:
     """Run a check: every valid case against the reference, then every invalid input.
 
     ``cases`` pairs a label with a factory that builds fresh ``(args, kwargs)`` (a factory, so the
@@ -204,18 +208,22 @@ def run_cases(
     arguments listed in ``mutable`` (0-based), which the contract says are updated in place. With
     ``compare_with_inputs``, ``compare`` receives a fourth argument: the student's ``(args, kwargs)``
     after the call (to check an in-place update). ``invalid`` entries are ``(label, accepted exception
-    types, argument the message must name, factory)``.
+    types, argument the message must name, factory)``. ``snapshot``, ``unchanged`` and ``student_call``
+    let another harness (torch's) supply its own copying, comparison and call guard; with
+    ``count_only`` the number of cases is returned instead of the summary.
     """
+    unchanged = unchanged or assert_unchanged
+    student_call = student_call or call
     if not callable(fn):
         raise CheckFailure(f"{name}: expected a function, got {type(fn).__name__}")
     with quiet():
         for label, make in cases:
             args, kwargs = make()
-            before = copy.deepcopy((args, kwargs))
-            got = call(fn, label, *args, **kwargs)
-            for i, (old, new) in enumerate(zip(before[0], args)):
+            before = [snapshot(a) for a in args]
+            got = student_call(fn, label, *args, **kwargs)
+            for i, (old, new) in enumerate(zip(before, args)):
                 if i not in mutable:
-                    assert_unchanged(label, f"argument {i + 1}", old, new)
+                    unchanged(label, f"argument {i + 1}", old, new)
             ref_args, ref_kwargs = make()
             expected = reference(*ref_args, **ref_kwargs)
             if compare_with_inputs:
@@ -225,7 +233,8 @@ def run_cases(
         for label, errors, argument, make in invalid:
             args, kwargs = make()
             expect_raises(fn, label, errors, argument, *args, **kwargs)
-    return passed(name, len(cases) + len(invalid))
+    count = len(cases) + len(invalid)
+    return count if count_only else passed(name, count)
 
 
 def fixed(*args: Any, **kwargs: Any) -> Callable[[], Args]:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from trainsys.fedavg.data import LabelledDataset
-from trainsys.grading._harness import Args, CheckFailure, call, expect_raises, passed, quiet
+from trainsys.grading._harness import Args, CheckFailure, call, quiet, run_cases
 
 BAD = (TypeError, ValueError)
 
@@ -184,31 +184,19 @@ def run_torch_cases(
     state must be the same after the student's call as before. With ``count_only`` the number of
     cases run is returned instead of the summary (to combine several runs in one check).
     """
-    if not callable(fn):
-        raise CheckFailure(f"{name}: expected a function, got {type(fn).__name__}")
-    with quiet():
-        for label, make in cases:
-            args, kwargs = make()
-            before = [_snapshot(a) for a in args]
-            rng_state = torch.get_rng_state()
-            got = call(fn, label, *args, **kwargs)
-            if not torch.equal(rng_state, torch.get_rng_state()):
-                raise CheckFailure(f"[{label}] the function drew from (or re-seeded) torch's global random "
-                                   "generator; use a torch.Generator seeded from the seed argument")
-            for i, (old, new) in enumerate(zip(before, args)):
-                if i not in mutable:
-                    assert_unchanged(label, f"argument {i + 1}", old, new)
-            ref_args, ref_kwargs = make()
-            expected = reference(*ref_args, **ref_kwargs)
-            if compare_with_inputs:
-                compare(label, got, expected, (args, kwargs))
-            else:
-                compare(label, got, expected)
-        for label, errors, argument, make in invalid:
-            args, kwargs = make()
-            expect_raises(fn, label, errors, argument, *args, **kwargs)
-    count = len(cases) + len(invalid)
-    return count if count_only else passed(name, count)
+    return run_cases(name, fn, reference, cases, compare, invalid, mutable=mutable,
+                     compare_with_inputs=compare_with_inputs, snapshot=_snapshot, unchanged=assert_unchanged,
+                     student_call=_call_keeping_global_rng, count_only=count_only)
+
+
+def _call_keeping_global_rng(fn: Callable[..., Any], label: str, *args: Any, **kwargs: Any) -> Any:
+    """The student's call; fails the case if it drew from (or re-seeded) torch's global generator."""
+    rng_state = torch.get_rng_state()
+    got = call(fn, label, *args, **kwargs)
+    if not torch.equal(rng_state, torch.get_rng_state()):
+        raise CheckFailure(f"[{label}] the function drew from (or re-seeded) torch's global random "
+                           "generator; use a torch.Generator seeded from the seed argument")
+    return got
 
 
 def guarded(fn: Callable[..., Any], label: str, *args: Any, **kwargs: Any) -> Any:
