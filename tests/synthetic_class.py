@@ -7,6 +7,7 @@ aimed at the relu_forward notebook (the other two notebooks are solved, and must
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -73,11 +74,10 @@ def _target(visible: float, hidden: float) -> dict[str, tuple[float, float]]:
 
 
 def _mutant_source(stem: str, description: str) -> str:
-    """Source code for a mutant: the reference solution wrapped so that its result is the mutant's."""
+    """Source code for a mutant: the whole mutants module inlined (the sandbox shows students only the
+    package), then the mutant bound to the function's name."""
     function = LESSONS[stem]
-    return (f"import sys as _sys\n_sys.path.insert(0, {str(REPO)!r})\n"
-            f"from tests.mutants.m1p1_mlp import MUTANTS as _M\n"
-            f"{function} = dict(_M[{function!r}])[{description!r}]\n")
+    return (inspect.getsource(m1p1_mlp) + f"\n{function} = dict(MUTANTS[{function!r}])[{description!r}]\n")
 
 
 def students() -> list[Student]:
@@ -105,7 +105,7 @@ def students() -> list[Student]:
         Student("patch_grading", _solved(**{TARGET: wrong_relu + (
             "\nimport trainsys.grading\n"
             "trainsys.grading.check_relu_forward = lambda fn: 'relu_forward: all 7 cases passed'\n")}),
-                _target(0, 0), flags=["fails in isolation"]),
+                _target(0, 0), flags=["fails the trusted re-check"]),
         Student("import_reference", _solved(**{TARGET: "from trainsys.memtrain.mlp import relu_forward\n"}),
                 FULL, flags=["reference implementation"]),
         Student("edit_locked_cell", _solved(), FULL, edit="edit_visible"),

@@ -1,9 +1,9 @@
-"""The autograder's isolated re-check gives a correct answer full marks, for every graded function.
+"""The trusted re-check gives a correct answer full marks, for every graded function.
 
-Each reference implementation is loaded in a student process (as a student's answer cell would be) and
-its check is run against it across the process boundary: results, in-place updates, views, generators
-and torch modules must all come back as they are in one process. A failure here would mean the
-autograder takes points from correct answers.
+Each reference implementation is loaded in a sandboxed student process (as a student's answer cell
+would be) and its check runs in this process against it, across the data-only channel: results,
+in-place updates, views, generators, torch modules and autograd graphs must all come back as they
+are in one process. A failure here would mean the autograder takes points from correct answers.
 """
 
 from __future__ import annotations
@@ -15,19 +15,18 @@ import pytest
 
 import tests.mutants as mutants_pkg
 import trainsys.grading as grading
-from trainsys.autograde.integrity import NOT_ISOLATABLE
 from trainsys.autograde.isolation import StudentProcess
+from trainsys.autograde.sandbox import SandboxConfig
 
 pytestmark = pytest.mark.slow
 REFERENCES = sorted({(name, mod.REFERENCE) for info in pkgutil.iter_modules(mutants_pkg.__path__)
-                     for mod in [importlib.import_module(f"tests.mutants.{info.name}")] for name in mod.MUTANTS
-                     if name not in NOT_ISOLATABLE})  # those return autograd graphs: checked in the kernel only
+                     for mod in [importlib.import_module(f"tests.mutants.{info.name}")] for name in mod.MUTANTS})
 
 
 @pytest.mark.parametrize(("name", "module"), REFERENCES, ids=[n for n, _ in REFERENCES])
-def test_reference_passes_its_check_through_the_isolated_process(name: str, module: str) -> None:
+def test_reference_passes_its_check_through_the_sandbox(name: str, module: str) -> None:
     answer = f"from {module} import {name}\n"
-    with StudentProcess([answer], name, timeout=120) as student:
+    with StudentProcess([answer], name, timeout=120, sandbox=SandboxConfig()) as student:
         assert student.status["ok"], student.status
         assert student.status["tampered"] == []
         message = getattr(grading, f"check_{name}")(student.function)

@@ -47,7 +47,12 @@ async def _sliced_poll_for_reply(
             task_poll_kernel_alive.cancel()
             await self._async_check_alive()
             msg = await self._async_handle_timeout(timeout, cell)  # type: ignore[arg-type]
-            deadline = None  # after an interrupt, wait for the interrupted cell's own reply
+            # after an interrupt, wait (boundedly: a kernel may ignore SIGINT) for the cell's own reply
+            deadline = None if msg is not None else monotonic() + max(float(timeout or 0), 10.0)
+            if msg is None and getattr(self, "_interrupted_once", None) == msg_id:
+                raise CellTimeoutError.error_from_timeout_and_cell(
+                    "the kernel ignored the interrupt", timeout, cell)  # type: ignore[arg-type]
+            self._interrupted_once = msg_id
             if msg is None:
                 continue
             msg["parent_header"] = {"msg_id": msg_id}
@@ -80,9 +85,17 @@ class SlicedPollNotebookClient(NotebookClient):
 
 
 class SlicedPollExecute(Execute):
-    """nbgrader's ``Execute`` preprocessor (configured as ``Execute``) with the sliced reply poll."""
+    """nbgrader's ``Execute`` preprocessor (configured as ``Execute``) with the sliced reply poll, whose
+    kernels run in the grading sandbox (``trainsys.autograde.sandbox``) unless ``TRAINSYS_SANDBOX=off``."""
 
     _async_poll_for_reply = _sliced_poll_for_reply
+
+    def __init__(self, *args: t.Any, **kwargs: t.Any) -> None:
+        from trainsys.autograde.sandbox import SandboxConfig, SandboxKernelManager
+
+        if SandboxConfig.from_env() is not None:
+            kwargs["kernel_manager_class"] = SandboxKernelManager
+        super().__init__(*args, **kwargs)
 
 
 def install() -> None:

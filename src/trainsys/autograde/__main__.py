@@ -5,6 +5,11 @@ Usage (from the course root, or with ``--course``)::
     python -m trainsys.autograde                  # every submission under submitted/, cores-many at a time
     python -m trainsys.autograde --jobs 4 --timeout 60 --assignment m1p1-mlp-core
     python -m trainsys.autograde --no-feedback    # grades and the summary only
+    python -m trainsys.autograde --no-sandbox     # without the OS sandbox: only for trusted code
+
+Every student kernel and every process that calls a student's function runs in a bubblewrap sandbox
+(``trainsys.autograde.sandbox``); the points are decided by the lessons' tests in a trusted process
+(``trainsys.autograde.verify``).
 
 Writes ``reports/summary.csv`` (students × assignments: points, failed cells, flags, seconds),
 ``reports/grades.csv`` (``nbgrader export``) and ``feedback/<student>/<assignment>/*.html``
@@ -21,17 +26,24 @@ import sys
 import time
 from pathlib import Path
 
+from trainsys.autograde.integrity import GraderChanged
 from trainsys.autograde.runner import JobResult, Options, _last_line, _nbgrader, grade_class
+from trainsys.autograde.sandbox import SandboxConfig, SandboxUnavailable, ensure_available
+
+UNSANDBOXED_WARNING = ("WARNING: --no-sandbox: student code runs with this user's rights and can read and change "
+                       "every file this user can (other students' work, the gradebook, the grader itself). "
+                       "Use it only for code you trust; every grade of this run is marked 'unsandboxed' "
+                       "in reports/summary.csv.")
 
 
 def write_summary(results: list[JobResult], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "assignment", "score", "max_score", "failed_cells", "flags", "seconds"])
+        writer.writerow(["student", "assignment", "score", "max_score", "failed_cells", "flags", "seconds", "sandbox"])
         for r in results:
             writer.writerow([r.student, r.assignment, r.score, r.max_score, " ".join(r.failed_cells),
-                             " | ".join(r.flags), r.seconds])
+                             " | ".join(r.flags), r.seconds, r.sandbox])
 
 
 def format_summary(results: list[JobResult]) -> str:
@@ -54,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db-url", default=os.environ.get("NBGRADER_DB_URL"), help="gradebook (default: SQLite)")
     parser.add_argument("--force", action="store_true", help="regrade jobs already complete")
     parser.add_argument("--no-feedback", action="store_true", help="skip nbgrader generate_feedback")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="run student code without the OS sandbox (unsafe: for trusted code only)")
     args = parser.parse_args(argv)
     for name, value, minimum in (("--jobs", args.jobs, 1), ("--timeout", args.timeout, 1),
                                  ("--memory-limit-mb", args.memory_limit_mb, 512)):
@@ -63,10 +77,23 @@ def main(argv: list[str] | None = None) -> int:
     if not (course / "submitted").is_dir():
         parser.error(f"--course {course} has no submitted/ folder (expected submitted/<student>/<assignment>/)")
 
+    if args.no_sandbox:
+        print(UNSANDBOXED_WARNING, file=sys.stderr)
+    else:
+        try:
+            ensure_available(SandboxConfig(address_space=args.memory_limit_mb * 2**20))
+        except SandboxUnavailable as exc:
+            print(f"python -m trainsys.autograde: {exc}", file=sys.stderr)
+            return 2
+
     options = Options(course=course, jobs=args.jobs, timeout=args.timeout, memory_limit_mb=args.memory_limit_mb,
-                      force=args.force, db_url=args.db_url)
+                      force=args.force, db_url=args.db_url, sandbox=not args.no_sandbox)
     start = time.perf_counter()
-    results = grade_class(options, args.assignment)
+    try:
+        results = grade_class(options, args.assignment)
+    except GraderChanged as exc:
+        print(f"python -m trainsys.autograde: {exc}", file=sys.stderr)
+        return 3
     elapsed = time.perf_counter() - start
     write_summary(results, course / "reports" / "summary.csv")
     print(format_summary(results))

@@ -1,80 +1,60 @@
-"""Re-running a hidden check with the student's code in another process.
+"""The student's function, called from a trusted process across an operating-system boundary.
 
-Inside the notebook kernel, student code runs before the hidden tests and can replace anything:
-``numpy.allclose``, ``numpy.testing``, ``trainsys.grading`` itself. So the grading command checks each
-answer again out of the student's reach:
+Inside a notebook kernel, student code runs before the tests and can replace anything: ``numpy``,
+``numpy.testing``, ``trainsys.grading``, ``sys.displayhook``. So points are decided elsewhere:
 
-- a **child process** executes the lesson's setup cell and the student's answer cell, and then only
-  ever *calls the student's function* on arguments it receives, sending back the result;
-- the **parent** runs the unchanged ``trainsys.grading.check_<name>`` with a :class:`RemoteFunction`
-  standing in for the student's function. The comparison with the reference happens in a process
-  where no student code has ever run.
+- a **student process**, in the sandbox (:mod:`trainsys.autograde.sandbox`), executes the lesson's
+  setup cell and the student's cells, and then only ever *calls the student's function* on the
+  arguments it receives and sends back the result;
+- the **trusted process** runs the visible tests and ``trainsys.grading.check_<name>`` with a
+  :class:`RemoteFunction` standing in for the student's function. The comparison with the
+  reference happens in a process where no student code has ever run.
 
-Aliasing survives the process boundary: when the result *is* an argument, or an array that shares
-memory with an argument array (a view), the child sends the argument's position (and the view's
-offset, shape and strides) and the parent hands back its own object — so checks of in-place updates
-and of views still mean what they say. The child also reports which testing functions the student
-code replaced (``tampered``), compared by identity with the originals taken before it ran.
+The two talk through :mod:`trainsys.autograde.wire` — data only, never pickle. What a call does to
+its arguments comes back too: the arguments after the call are written back into the caller's
+objects (in-place updates, an advanced generator, a model's new weights and mode); a result that
+*is* an argument, or a view of an argument array, comes back as a reference to the caller's own
+object; a 0-d tensor whose autograd graph reaches the arguments' parameters comes back as a tensor
+with the same value and the same gradients with respect to the caller's parameters.
 """
 
 from __future__ import annotations
 
 import builtins
-import pickle
-import struct
+import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from trainsys.autograde import wire
+from trainsys.autograde.sandbox import SandboxConfig, wrap
+from trainsys.autograde.wire import Alias, View, WireError
 
 GUARDED_MODULES = ("numpy", "numpy.testing", "trainsys.grading", "trainsys.grading._harness", "builtins")
 GUARDED_NAMES = {
     "numpy": ("allclose", "isclose", "array_equal", "abs", "all", "any", "isnan", "isfinite", "max", "where"),
     "builtins": ("abs", "isinstance", "len", "getattr", "print", "float", "int", "type", "callable"),
 }
-class IsolationUnavailable(BaseException):
-    """The student process did not answer (too slow, crashed): nothing can be concluded about the answer.
-
-    A ``BaseException``, so that a check's ``except Exception`` does not turn it into a failed case.
-    """
-
-
 EXCEPTIONS = {e.__name__: e for e in (TypeError, ValueError, NotImplementedError, AssertionError, KeyError,
-                                      IndexError, ZeroDivisionError, AttributeError, RuntimeError, MemoryError)}
+                                      IndexError, ZeroDivisionError, AttributeError, RuntimeError, MemoryError,
+                                      OverflowError, FloatingPointError, ArithmeticError, LookupError)}
 
 
-# --- wire format: length-prefixed pickles --------------------------------------------------------------
-def _send(stream: Any, obj: object) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(struct.pack("<Q", len(data)) + data)
-    stream.flush()
+class IsolationUnavailable(BaseException):
+    """The student process gave no usable answer (crashed, garbage on the channel): nothing can be
+    concluded about the answer. A ``BaseException``, so that a check's ``except Exception`` does not
+    turn it into an ordinary failed case."""
 
 
-def _receive(stream: Any) -> Any:
-    header = stream.read(8)
-    if len(header) < 8:
-        raise EOFError("the student process closed the channel")
-    (size,) = struct.unpack("<Q", header)
-    return pickle.loads(stream.read(size))
+class IsolationTimeout(IsolationUnavailable):
+    """The student process did not answer in time (worth one retry with a longer limit)."""
 
 
-@dataclass(frozen=True)
-class _Alias:
-    path: tuple
-
-
-@dataclass(frozen=True)
-class _View:
-    path: tuple
-    offset: int  # bytes from the argument array's first element
-    shape: tuple
-    strides: tuple
-    dtype: str
-
-
+# --- what a call did to its arguments ----------------------------------------------------------------
 def _walk(obj: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
     """Every container and array reachable from ``obj`` with its path of keys/indices."""
     yield path, obj
@@ -87,8 +67,11 @@ def _walk(obj: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
 
 
 def _at(obj: Any, path: tuple) -> Any:
-    for key in path:
-        obj = obj[key]
+    try:
+        for key in path:
+            obj = obj[key]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise WireError(f"a reference to an argument that does not exist: {path!r}") from exc
     return obj
 
 
@@ -101,20 +84,37 @@ def _shared_types() -> tuple[type, ...]:
     return types
 
 
+def _leaves(args: Any) -> list[tuple[tuple, str | None, Any]]:
+    """Tensors a result's graph may reach: ``(path, parameter name or None, tensor)``."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return []
+    found = []
+    for path, obj in _walk(args):
+        if isinstance(obj, torch.nn.Module):
+            found += [(path, name, p) for name, p in obj.named_parameters() if p.requires_grad]
+        elif isinstance(obj, torch.Tensor) and obj.requires_grad and obj.is_leaf:
+            found.append((path, None, obj))
+    return found
+
+
 def _encode_result(result: Any, args: Any) -> Any:
     """Replace objects of ``result`` that are (or view) parts of ``args`` by references to them."""
     by_id = {id(o): p for p, o in _walk(args) if isinstance(o, _shared_types())}
     arrays = [(p, o) for p, o in _walk(args) if isinstance(o, np.ndarray)]
+    torch = sys.modules.get("torch")
 
     def encode(obj: Any) -> Any:
         if id(obj) in by_id:
-            return _Alias(by_id[id(obj)])
+            return Alias(by_id[id(obj)])
         if isinstance(obj, np.ndarray):
             for path, base in arrays:
                 if base.size and obj.size and np.shares_memory(obj, base):
                     offset = obj.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-                    return _View(path, offset, obj.shape, obj.strides, obj.dtype.str)
+                    return View(path, offset, obj.shape, obj.strides, obj.dtype.str)
             return obj
+        if torch is not None and isinstance(obj, torch.Tensor) and obj.grad_fn is not None and obj.ndim == 0:
+            return _graph(torch, obj, args)
         if isinstance(obj, dict):
             return {k: encode(v) for k, v in obj.items()}
         if isinstance(obj, list):
@@ -126,18 +126,59 @@ def _encode_result(result: Any, args: Any) -> Any:
     return encode(result)
 
 
+GRAPH_TAG = "__trainsys_graph__"
+
+
+def _graph(torch: Any, loss: Any, args: Any) -> dict:
+    """A scalar with a graph: its value and its gradient with respect to each leaf of the arguments."""
+    leaves = _leaves(args)
+    grads = torch.autograd.grad(loss, [t for _, _, t in leaves], allow_unused=True) if leaves else []
+    return {GRAPH_TAG: True, "value": loss.detach(),
+            "grads": [[list(path), name, g] for (path, name, _), g in zip(leaves, grads) if g is not None]}
+
+
+def _rebuild_graph(node: dict, args: Any) -> Any:
+    """A tensor equal to the student's scalar whose gradients match the student's, on our own leaves."""
+    import torch
+
+    value = node.get("value")
+    if not isinstance(value, torch.Tensor) or value.ndim != 0:
+        raise WireError("malformed graph result")
+    total = value.clone()
+    for path, name, grad in node.get("grads", []):
+        owner = _at(args, tuple(path))
+        leaf = dict(owner.named_parameters()).get(name) if name is not None else owner
+        if not isinstance(leaf, torch.Tensor) or not isinstance(grad, torch.Tensor) or grad.shape != leaf.shape:
+            raise WireError("malformed gradient in a graph result")
+        term = (leaf * grad.to(leaf.dtype)).sum()
+        total = total + (term - term.detach())
+    return total
+
+
 def _decode_result(result: Any, args: Any) -> Any:
-    if isinstance(result, _Alias):
+    if isinstance(result, Alias):
         return _at(args, result.path)
-    if isinstance(result, _View):  # the same view of the parent's own array
+    if isinstance(result, View):  # the same view of the caller's own array
         base = _at(args, result.path)
+        if not isinstance(base, np.ndarray):
+            raise WireError("a view of something that is not an array")
         root = base
         while isinstance(root.base, np.ndarray):
             root = root.base
         offset = base.__array_interface__["data"][0] - root.__array_interface__["data"][0] + result.offset
-        return np.ndarray(result.shape, dtype=np.dtype(result.dtype), buffer=root, offset=offset,
-                          strides=result.strides)
+        dtype = np.dtype(result.dtype)
+        if dtype.hasobject or len(result.shape) != len(result.strides) or any(n < 0 for n in result.shape):
+            raise WireError("malformed view")
+        lo = offset + sum(s * (n - 1) for s, n in zip(result.strides, result.shape) if s < 0 and n > 0)
+        hi = offset + sum(s * (n - 1) for s, n in zip(result.strides, result.shape) if s > 0 and n > 0)
+        if 0 in result.shape:
+            return np.empty(result.shape, dtype)
+        if lo < 0 or hi + dtype.itemsize > root.nbytes:
+            raise WireError("a view outside its base array")
+        return np.ndarray(result.shape, dtype=dtype, buffer=root, offset=offset, strides=result.strides)
     if isinstance(result, dict):
+        if result.get(GRAPH_TAG) is True:
+            return _rebuild_graph(result, args)
         return {k: _decode_result(v, args) for k, v in result.items()}
     if isinstance(result, list):
         return [_decode_result(v, args) for v in result]
@@ -147,10 +188,11 @@ def _decode_result(result: Any, args: Any) -> Any:
 
 
 def _write_back(target: Any, source: Any) -> None:
-    """Make the parent's arguments equal the child's after the call, in place where possible.
+    """Make the caller's arguments equal the student's after the call, in place where possible.
 
     Arrays and tensors are copied into, dicts and lists updated entry by entry, a NumPy generator takes
-    the child's state (the draws the function made), a torch module its parameters, buffers and mode.
+    the student's state (the draws the function made), a torch module its parameters, buffers,
+    gradients and mode.
     """
     torch = sys.modules.get("torch")
     if isinstance(target, np.random.Generator) and isinstance(source, np.random.Generator):
@@ -161,8 +203,12 @@ def _write_back(target: Any, source: Any) -> None:
             target.set_state(source.get_state())
             return
         if isinstance(target, torch.nn.Module) and isinstance(source, torch.nn.Module):
+            mine_state, theirs_state = target.state_dict(), source.state_dict()
             with torch.no_grad():
-                target.load_state_dict(source.state_dict())
+                for key, tensor in mine_state.items():
+                    new = theirs_state.get(key)
+                    if isinstance(new, torch.Tensor) and new.shape == tensor.shape:
+                        tensor.copy_(new.to(tensor.dtype))
             for mine, theirs in zip(target.modules(), source.modules()):
                 mine.training = theirs.training
             for mine, theirs in zip(target.parameters(), source.parameters()):
@@ -193,7 +239,7 @@ def _write_back(target: Any, source: Any) -> None:
             _write_back(mine, theirs)
 
 
-# --- the child ---------------------------------------------------------------------------------------
+# --- the student process --------------------------------------------------------------------------------
 def _guarded_objects() -> dict[str, Any]:
     import importlib
 
@@ -208,10 +254,16 @@ def _guarded_objects() -> dict[str, Any]:
 
 
 def _child_main() -> None:  # pragma: no cover - runs in the student process
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # student prints must not corrupt the channel
+    """Execute the student's cells, then serve calls of the graded function until the channel closes.
+
+    Nothing here is trusted by the grader: it only ever reads data from this process.
+    """
+    stdin, stdout = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # student prints (even from C code) must not reach the channel
+    sys.stdout = sys.stderr
     is_, getattr_ = (lambda a, b: a is b), builtins.getattr
-    request = _receive(stdin)
+    request = wire.receive(stdin)
     originals = _guarded_objects()
 
     def tampered() -> list[str]:
@@ -234,58 +286,70 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
     fn = namespace.get(request["name"])
     fn = fn if callable(fn) else None
     status = {"ok": fn is not None, "error": None if fn else first_error or f"{request['name']} is not defined"}
-    _send(stdout, {**status, "tampered": tampered()})
+    wire.send(stdout, {**status, "tampered": tampered()})
     while fn is not None:
         try:
-            call = _receive(stdin)
+            args, kwargs = wire.receive(stdin)
         except EOFError:
             return
-        args, kwargs = call
         try:
             result = fn(*args, **kwargs)
             reply = {"ok": True, "result": _encode_result(result, (args, kwargs)), "args": (args, kwargs)}
-        except BaseException as exc:  # noqa: BLE001
-            reply = {"ok": False, "type": type(exc).__name__, "message": str(exc)}
-        try:
-            _send(stdout, reply)
-        except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
-            _send(stdout, {"ok": False, "type": "TypeError", "message": f"result cannot be sent back: {exc}"})
+            data = wire.dumps(reply)
+        except BaseException as exc:  # noqa: BLE001 - whatever the call raised, or a result we cannot send
+            kind = "TypeError" if isinstance(exc, WireError) else type(exc).__name__
+            message = f"the result cannot be sent back: {exc}" if isinstance(exc, WireError) else str(exc)
+            data = wire.dumps({"ok": False, "type": kind, "message": message[:2000]})
+        stdout.write(data)
+        stdout.flush()
 
 
-# --- the parent --------------------------------------------------------------------------------------
 class StudentProcess:
-    """The student's code, loaded in a fresh Python process; ``function`` is its graded function.
+    """The student's code, loaded in a fresh Python process (sandboxed unless ``sandbox`` is ``None``);
+    ``function`` is its graded function.
 
-    ``cells`` are the sources to execute in order (the lesson's setup cell, the student's own cells
-    before the answer, the answer cell); as in a kernel, an error in one does not stop the next.
+    ``cells`` are the sources to execute in order (the lesson's setup cell, the student's own cells up
+    to the answer); as in a kernel, an error in one does not stop the next. ``timeout`` bounds the
+    load and every call.
     """
 
     def __init__(self, cells: list[str], name: str, timeout: float = 60.0,
-                 memory_limit_bytes: int | None = None) -> None:
+                 sandbox: SandboxConfig | None = None, memory_limit_bytes: int | None = None) -> None:
         self.timeout = timeout
+        command = [sys.executable, "-I", "-c", "from trainsys.autograde.isolation import _child_main; _child_main()"]
         preexec = None
-        if memory_limit_bytes:
-            def preexec() -> None:  # pragma: no cover - runs in the child before exec
-                import resource
-                resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", "from trainsys.autograde.isolation import _child_main; _child_main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, preexec_fn=preexec,
-            env={**__import__("os").environ, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"},
-        )
-        _send(self.process.stdin, {"cells": list(cells), "name": name})
-        self.status = self._reply()
+        if sandbox is not None:
+            command = wrap(command, sandbox)
+            env = None
+        else:
+            env = {**os.environ, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
+            if memory_limit_bytes:
+                def preexec() -> None:  # pragma: no cover - runs in the child before exec
+                    import resource
+                    resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, preexec_fn=preexec, env=env,
+                                        start_new_session=True)
+        try:
+            wire.send(self.process.stdin, {"cells": list(cells), "name": name})
+        except (BrokenPipeError, OSError) as exc:
+            self.close()
+            raise IsolationUnavailable(f"the student's process did not start: {exc}") from None
+        status = self._reply()
+        if type(status) is not dict or type(status.get("ok")) is not bool:
+            self.close()
+            raise IsolationUnavailable("the student's process answered with something that is not a status")
+        self.status = {"ok": status["ok"], "error": str(status.get("error"))[:500] if status.get("error") else None,
+                       "tampered": [str(t) for t in status.get("tampered", []) if isinstance(t, str)][:50]}
         self.function = RemoteFunction(self, name)
 
-    def _reply(self) -> dict:
-        import threading
-
+    def _reply(self) -> Any:
         box: dict[str, Any] = {}
 
         def read() -> None:
             try:
-                box["reply"] = _receive(self.process.stdout)
-            except Exception as exc:  # noqa: BLE001
+                box["reply"] = wire.receive(self.process.stdout)
+            except BaseException as exc:  # noqa: BLE001 - any failure to read is "no usable answer"
                 box["error"] = exc
 
         reader = threading.Thread(target=read, daemon=True)
@@ -293,27 +357,50 @@ class StudentProcess:
         reader.join(self.timeout)
         if reader.is_alive():
             self.close()
-            raise IsolationUnavailable(f"the student's code did not answer within {self.timeout:.0f} s")
+            raise IsolationTimeout(f"the student's code did not answer within {self.timeout:.0f} s")
         if "error" in box:
-            raise IsolationUnavailable(f"the student's process ended: {box['error']}")
+            self.close()
+            error = box["error"]
+            if isinstance(error, EOFError):
+                raise IsolationUnavailable("the student's process ended without answering")
+            raise IsolationUnavailable(f"the student's process sent an invalid message: {error}")
         return box["reply"]
 
     def call(self, args: tuple, kwargs: dict) -> Any:
         try:
-            _send(self.process.stdin, (args, kwargs))
-        except (BrokenPipeError, OSError) as exc:
+            data = wire.dumps((tuple(args), dict(kwargs)))
+        except WireError as exc:  # the check passed something the channel cannot carry: a grader bug
+            raise IsolationUnavailable(f"the grader cannot send these arguments: {exc}") from None
+        try:
+            self.process.stdin.write(data)
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError) as exc:
             raise IsolationUnavailable(f"the student's process is gone: {exc}") from None
         reply = self._reply()
-        if not reply["ok"]:
-            raise EXCEPTIONS.get(reply["type"], RuntimeError)(reply["message"])
-        _write_back(tuple(args), tuple(reply["args"][0]))
-        _write_back(kwargs, reply["args"][1])
-        return _decode_result(reply["result"], (args, kwargs))
+        try:
+            if type(reply) is not dict or type(reply.get("ok")) is not bool:
+                raise WireError("a reply without a status")
+            if not reply["ok"]:
+                raise EXCEPTIONS.get(str(reply.get("type")), RuntimeError)(str(reply.get("message", ""))[:2000])
+            after = reply.get("args")
+            if type(after) is not tuple or len(after) != 2 or type(after[0]) is not tuple or type(after[1]) is not dict:
+                raise WireError("a reply without the arguments after the call")
+            _write_back(tuple(args), after[0])
+            _write_back(kwargs, after[1])
+            return _decode_result(reply.get("result"), (args, kwargs))
+        except WireError as exc:
+            self.close()
+            raise IsolationUnavailable(f"the student's process sent an invalid reply: {exc}") from None
 
     def close(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
 
     def __enter__(self) -> StudentProcess:
         return self
@@ -327,6 +414,7 @@ class RemoteFunction:
 
     def __init__(self, process: StudentProcess, name: str) -> None:
         self.process, self.__name__ = process, name
+        self.__qualname__ = name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.process.call(args, kwargs)

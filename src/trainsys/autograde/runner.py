@@ -1,18 +1,22 @@
-"""Grading a class: nbgrader autograde per student in parallel, checked again out of the kernel's reach.
+"""Grading a class: nbgrader autograde per student in parallel, points decided out of the student's reach.
 
 For each ``(student, assignment)`` under ``<course>/submitted``:
 
-1. **Inspect** every submitted notebook: unreadable JSON is set aside (renamed ``*.ipynb.corrupt``,
-   never deleted) so that nbgrader scores that notebook as missing and grades the others.
-2. **Autograde** with nbgrader in its own process, with the per-cell timeout, warnings kept off stderr
-   (``PYTHONWARNINGS=ignore``: a library warning must not zero a correct cell) and the kernel's address
-   space capped. If nbgrader fails on the whole assignment (a kernel that died, say), it is run again
-   one notebook at a time so that only the broken notebook loses its points.
-3. **Re-check** each notebook's graded function in a fresh process (:mod:`trainsys.autograde.isolation`):
-   a hidden check that passed in the kernel but fails there is set to 0 in the gradebook; visible tests
-   passed in a kernel whose testing functions were replaced are set to 0; an answer that imports the
-   reference implementation is flagged.
-4. Write ``autograded/<student>/<assignment>/.trainsys.json`` — the job's result and the mark that it is
+1. **Check the grader** (:mod:`trainsys.autograde.integrity`): the package, the nbgrader configuration
+   and site-packages must be as they were when the run started, else the run stops.
+2. **Inspect** every submitted notebook: unreadable JSON is set aside (renamed ``*.ipynb.corrupt``,
+   never deleted) so that nbgrader scores that notebook as missing and grades the others; duplicated
+   cell ids and duplicated grade ids (a copy-pasted test cell) are repaired, the first copy kept.
+3. **Start fresh**: what an earlier run wrote into the gradebook for this submission (scores, manual
+   scores, extra credit) is removed.
+4. **Autograde** with nbgrader, whose kernels run in the sandbox (:mod:`trainsys.autograde.sandbox`):
+   nbgrader executes the notebook, records it and keeps the outputs for feedback. If it fails on the
+   whole assignment (a kernel that died, say), it is run again one notebook at a time.
+5. **Decide the points** in a trusted process (:mod:`trainsys.autograde.verify`) that runs the lesson's
+   own visible tests and hidden check against the student's function, called in a sandboxed process
+   through a data-only channel. Its verdict *is* the cell's score, whatever the kernel claimed;
+   the verdict is added to the cell's outputs so that the feedback shows it.
+6. Write ``autograded/<student>/<assignment>/.trainsys.json`` — the job's result and the mark that it is
    complete. A restarted run skips complete jobs and redoes the rest (``--force`` on nbgrader), so a kill
    loses no grade and duplicates none.
 """
@@ -21,8 +25,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import resource
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -31,7 +37,7 @@ from pathlib import Path
 import nbformat
 from tqdm import tqdm
 
-from trainsys.course import BIN, nbgrader_env
+from trainsys.course import nbgrader_env
 
 MARKER = ".trainsys.json"
 
@@ -44,6 +50,17 @@ class Options:
     memory_limit_mb: int = 6144  # address space of nbgrader and the kernels it starts
     force: bool = False
     db_url: str | None = None  # None: SQLite gradebook.db in the course root
+    sandbox: bool = True  # False only with --no-sandbox: student code then runs with the grader's rights
+
+    def sandbox_config(self, slot: int):
+        from trainsys.autograde.sandbox import SandboxConfig
+
+        return SandboxConfig(address_space=self.memory_limit_mb * 2**20, slot=slot) if self.sandbox else None
+
+    @property
+    def verify_timeout(self) -> float:
+        """Seconds the trusted re-check waits for one load or call (doubled once on a time-out)."""
+        return float(max(10, 2 * self.timeout))
 
 
 @dataclass
@@ -55,6 +72,7 @@ class JobResult:
     failed_cells: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    sandbox: str = "sandboxed"  # or "unsandboxed" (--no-sandbox)
 
 
 # --- plan ---------------------------------------------------------------------------------------------
@@ -83,12 +101,21 @@ def _limit_memory(limit_bytes: int):
     return apply
 
 
-def _nbgrader(options: Options, *args: str, timeout: float) -> subprocess.CompletedProcess:
-    env = {**nbgrader_env(options.course, options.db_url), "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
+def _grader_env(options: Options) -> dict[str, str]:
+    return {**nbgrader_env(options.course, options.db_url), "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
+
+
+def _nbgrader(options: Options, *args: str, timeout: float, slot: int = 0) -> subprocess.CompletedProcess:
+    """``nbgrader <args>`` under ``python -I`` (no working folder, no user site-packages on its path)."""
+    from trainsys.autograde.sandbox import ENV_VAR
+
+    config = options.sandbox_config(slot)
+    env = {**_grader_env(options), ENV_VAR: config.to_env() if config else "off"}
+    preexec = None if config else _limit_memory(options.memory_limit_mb * 2**20)
     try:
-        return subprocess.run([str(BIN / "nbgrader"), *args, f"--Execute.timeout={options.timeout}"],
+        return subprocess.run([sys.executable, "-I", "-m", "nbgrader", *args, f"--Execute.timeout={options.timeout}"],
                               cwd=options.course, env=env, capture_output=True, text=True, timeout=timeout,
-                              preexec_fn=_limit_memory(options.memory_limit_mb * 2**20))
+                              preexec_fn=preexec)
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(exc.cmd, 124, "", f"timed out after {timeout:.0f} s")
 
@@ -98,7 +125,7 @@ def _inspect_submission(course: Path, student: str, assignment: str, flags: list
     for path in sorted((course / "submitted" / student / assignment).glob("*.ipynb")):
         try:
             repaired = nbformat.from_dict(json.loads(path.read_text()))
-            changes = _dedupe_cell_ids(repaired)
+            changes = _dedupe_cell_ids(repaired) + _dedupe_grade_ids(repaired)
             nbformat.validate(repaired)
         except Exception as exc:  # noqa: BLE001 - any unreadable notebook is set aside, never deleted
             path.rename(path.with_name(path.name + ".corrupt"))
@@ -109,7 +136,8 @@ def _inspect_submission(course: Path, student: str, assignment: str, flags: list
             if not backup.exists():
                 backup.write_text(path.read_text())
             nbformat.write(repaired, path)
-            flags.append(f"{path.name}: repaired {changes} duplicated cell id(s); original kept as {backup.name}")
+            flags.append(f"{path.name}: repaired {changes} duplicated cell id(s) or grade id(s), the first copy kept; "
+                         f"original kept as {backup.name}")
 
 
 def _dedupe_cell_ids(nb: nbformat.NotebookNode) -> int:
@@ -126,24 +154,55 @@ def _dedupe_cell_ids(nb: nbformat.NotebookNode) -> int:
     return changed
 
 
-def grade_one(options: Options, student: str, assignment: str) -> JobResult:
-    """Autograde and re-check one student's assignment; record the result as the job's completion mark."""
-    from trainsys.autograde.integrity import recheck_notebooks
+def _dedupe_grade_ids(nb: nbformat.NotebookNode) -> int:
+    """A cell repeating an earlier cell's nbgrader grade id (a copy-pasted test cell) becomes a plain
+    code cell; the first copy stays the graded one. Return how many were changed."""
+    seen: set[str] = set()
+    changed = 0
+    for cell in nb.get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader")
+        grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
+        if grade_id is None:
+            continue
+        if grade_id in seen:
+            del cell["metadata"]["nbgrader"]
+            changed += 1
+        seen.add(grade_id)
+    return changed
+
+
+def _clear_gradebook(options: Options, student: str, assignment: str) -> None:
+    """Remove this submission's earlier grades (scores, manual scores, extra credit): grade it fresh."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(_grader_env(options)["NBGRADER_DB_URL"]) as gb:
+        try:
+            gb.remove_submission(assignment, student)
+        except MissingEntry:
+            pass
+
+
+def grade_one(options: Options, student: str, assignment: str, slot: int = 0) -> JobResult:
+    """Autograde one student's assignment and decide its points; record the result as the completion mark."""
+    from trainsys.autograde.decide import apply_verdicts, run_verifier
 
     start = time.perf_counter()
-    result = JobResult(student, assignment)
+    result = JobResult(student, assignment, sandbox="sandboxed" if options.sandbox else "unsandboxed")
     _inspect_submission(options.course, student, assignment, result.flags)
+    _clear_gradebook(options, student, assignment)
     sources = sorted((options.course / "solutions" / assignment).glob("*.ipynb"))
     wall = options.timeout * 4 * max(len(sources), 1) + 120
-    run = _nbgrader(options, "autograde", assignment, "--student", student, "--force", "--create", timeout=wall)
+    run = _nbgrader(options, "autograde", assignment, "--student", student, "--force", "--create", timeout=wall,
+                    slot=slot)
     if run.returncode != 0:
         result.flags.append("nbgrader failed on the whole assignment; graded notebook by notebook")
         for source in sources:
             one = _nbgrader(options, "autograde", assignment, "--student", student, "--notebook", source.stem,
-                            "--force", "--create", timeout=options.timeout * 4 + 120)
+                            "--force", "--create", timeout=options.timeout * 4 + 120, slot=slot)
             if one.returncode != 0:
                 result.flags.append(f"{source.name}: not gradable ({_last_line(one.stderr)})")
-    result.flags += recheck_notebooks(options, student, assignment, sources)
+    reply = run_verifier(options, student, assignment, sources, slot)
+    result.flags += apply_verdicts(options, student, assignment, reply)
     _fill_scores(options.course, result, options.db_url)
     result.seconds = round(time.perf_counter() - start, 2)
     marker = marker_path(options.course, student, assignment)
@@ -177,17 +236,40 @@ def _fill_scores(course: Path, result: JobResult, db_url: str | None) -> None:
 
 # --- the class ----------------------------------------------------------------------------------------
 def grade_class(options: Options, assignments: list[str] | None = None, progress: bool = True) -> list[JobResult]:
-    """Grade every submitted job not yet complete, ``options.jobs`` at a time; return all results."""
+    """Grade every submitted job not yet complete, ``options.jobs`` at a time; return all results.
+
+    Each job runs in a grading slot (its sandbox user); before each job the grader's fingerprint is
+    compared with the one taken at the start, and a change stops the run (:class:`GraderChanged`).
+    """
+    from trainsys.autograde.integrity import assert_unchanged, fingerprint
+
     jobs = plan(options.course, assignments)
     todo = [job for job in jobs if options.force or not is_complete(options.course, *job)]
     _prepare_gradebook(options, sorted({a for _, a in jobs}))
+    baseline = fingerprint(options.course)
+    slots: queue.Queue[int] = queue.Queue()
+    for slot in range(options.jobs):
+        slots.put(slot)
+
+    def job(student: str, assignment: str) -> JobResult:
+        slot = slots.get()
+        try:
+            assert_unchanged(baseline, options.course)
+            return grade_one(options, student, assignment, slot)
+        finally:
+            slots.put(slot)
+
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
-        futures = [pool.submit(grade_one, options, student, assignment) for student, assignment in todo]
-        for _ in tqdm(as_completed(futures), total=len(futures), desc="autograding", unit="job",
-                      disable=not progress):
-            pass
-        for future in futures:
-            future.result()
+        futures = [pool.submit(job, student, assignment) for student, assignment in todo]
+        try:
+            for future in tqdm(as_completed(futures), total=len(futures), desc="autograding", unit="job",
+                               disable=not progress):
+                future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    assert_unchanged(baseline, options.course)
     return [load_result(options.course, *job) for job in jobs]
 
 
@@ -210,4 +292,5 @@ def _prepare_gradebook(options: Options, assignments: list[str]) -> None:
 
 def load_result(course: Path, student: str, assignment: str) -> JobResult:
     data = json.loads(marker_path(course, student, assignment).read_text())
-    return JobResult(**data)
+    known = JobResult.__dataclass_fields__
+    return JobResult(**{k: v for k, v in data.items() if k in known})

@@ -1,0 +1,107 @@
+"""The trusted verdicts become the gradebook's scores, and the feedback says what they were.
+
+:func:`run_verifier` starts ``python -I -m trainsys.autograde.verify`` — a trusted process, outside the
+sandbox, where no student code runs — for one student's assignment. :func:`apply_verdicts` writes its
+verdicts into nbgrader's gradebook as the cells' automatic scores (clearing any manual score), and adds
+each verdict to its test cell's outputs in the autograded notebook, which the feedback page is made from.
+A job whose verifier does not answer scores 0 on every test cell and is flagged for review.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import nbformat
+
+from trainsys.course import nbgrader_env
+
+if TYPE_CHECKING:
+    from trainsys.autograde.runner import Options
+
+NOTICE = "Trusted grader"
+
+
+def run_verifier(options: Options, student: str, assignment: str, sources: list[Path], slot: int) -> dict:
+    """The verifier's reply: ``{"verdicts": [...], "notes": [...]}`` or ``{"error": ...}``."""
+    config = options.sandbox_config(slot)
+    request = {"sources": [str(s) for s in sources],
+               "submitted": str(options.course / "submitted" / student / assignment),
+               "timeout": options.verify_timeout, "sandbox": asdict(config) if config else None}
+    per_notebook = 2 * (options.verify_timeout * 5) + 60  # visible and hidden, each with its retries
+    wall = per_notebook * max(len(sources), 1) + 60
+    env = {**nbgrader_env(options.course, options.db_url), "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
+    try:
+        run = subprocess.run([sys.executable, "-I", "-m", "trainsys.autograde.verify"], input=json.dumps(request),
+                             capture_output=True, text=True, timeout=wall, env=env, cwd=options.course)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the trusted re-check did not finish within {wall:.0f} s"}
+    try:
+        reply = json.loads(run.stdout)
+    except ValueError:
+        return {"error": f"the trusted re-check failed ({run.returncode}): {run.stderr.strip()[-500:]}"}
+    return reply if isinstance(reply, dict) else {"error": "the trusted re-check answered nonsense"}
+
+
+def apply_verdicts(options: Options, student: str, assignment: str, reply: dict) -> list[str]:
+    """Scores from verdicts; return the flags for the instructor."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    flags = list(reply.get("notes", []))
+    verdicts = reply.get("verdicts", [])
+    if "error" in reply:
+        flags.append(f"could not be re-checked: {reply['error'].strip().splitlines()[-1][:300]}; "
+                     "every test cell set to 0, review by hand")
+    by_cell = {(v["notebook"], v["cell"]): v for v in verdicts}
+    with Gradebook(nbgrader_env(options.course, options.db_url)["NBGRADER_DB_URL"]) as gb:
+        try:
+            submission = gb.find_submission(assignment, student)
+        except MissingEntry:
+            return flags + ["no submission recorded by nbgrader"]
+        for notebook in submission.notebooks:
+            for grade in notebook.grades:
+                if not grade.max_score:
+                    continue
+                verdict = by_cell.get((notebook.name, grade.name))
+                if verdict is None and "error" not in reply:
+                    continue  # not a lesson's test cell: nbgrader's own score stands
+                passed = verdict is not None and verdict["status"] == "passed"
+                kernel = grade.auto_score or 0.0
+                grade.auto_score = float(grade.max_score) if passed else 0.0
+                grade.manual_score = None
+                grade.extra_credit = None
+                grade.needs_manual_grade = False
+                if verdict is not None and verdict["status"] == "unconfirmed":
+                    flags.append(f"{notebook.name}.ipynb {grade.name}: could not be confirmed "
+                                 f"({verdict['message'][:200]}); 0 points, review by hand")
+                elif verdict is not None and not passed and kernel > 0:
+                    flags.append(f"{notebook.name}.ipynb {grade.name}: passed in the kernel but fails the "
+                                 f"trusted re-check ({verdict['message'][:200]})")
+        gb.db.commit()
+    _annotate(options.course / "autograded" / student / assignment, verdicts)
+    return flags
+
+
+def _annotate(folder: Path, verdicts: list[dict]) -> None:
+    """Append each verdict to its test cell's outputs in the autograded notebook."""
+    by_notebook: dict[str, dict[str, dict]] = {}
+    for v in verdicts:
+        by_notebook.setdefault(v["notebook"], {})[v["cell"]] = v
+    for stem, cells in by_notebook.items():
+        path = folder / f"{stem}.ipynb"
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except Exception:  # noqa: BLE001 - a missing notebook has nothing to annotate
+            continue
+        for cell in nb.cells:
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            verdict = cells.get(grade_id)
+            if verdict is None or cell.cell_type != "code":
+                continue
+            text = f"{NOTICE}: {verdict['status']}" + (f" — {verdict['message']}" if verdict["message"] else "")
+            cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=text + "\n"))
+        nbformat.write(nb, path)

@@ -1,0 +1,238 @@
+"""The operating-system sandbox every piece of student code runs in while a class is graded.
+
+Student code is hostile, and nothing that runs in the student's own interpreter can stop it: a scan,
+a patched module, a guard — the student's code runs next to it and can undo it. So the notebook
+kernels that ``nbgrader autograde`` starts, and the processes the trusted re-check calls the
+student's function in, run inside `bubblewrap <https://github.com/containers/bubblewrap>`_
+(``bwrap``: unprivileged Linux namespaces, the sandbox Flatpak is built on):
+
+- **file system**: a fresh root holding only the system (``/usr``, ``/etc``, …) and the Python
+  environment, read-only; of the course, only the package source (``src/``), read-only. Never
+  ``solutions/``, the gradebook, ``submitted/``, ``autograded/``, ``feedback/``, ``reports/``,
+  ``autograder/`` or another student's files. A private writable tmpfs with a size cap is the
+  home folder, ``/tmp`` and ``/dev/shm``; it vanishes with the sandbox;
+- **no network** (its own network namespace); a kernel is reached over Unix sockets in a folder
+  bound into the sandbox (ZeroMQ's ``ipc`` transport), a re-check process over its stdin/stdout;
+- **its own PID namespace**: it cannot see or signal the grader, and every process it started dies
+  with it (``--die-with-parent``; the namespace's init takes all its processes down when it exits);
+- **another user** (when the grader runs as root: one uid per parallel grading slot, so classmates
+  graded side by side cannot signal each other) and no capabilities;
+- **rlimits** on address space, processes, open files, file size and CPU time.
+
+:func:`wrap` builds the command; :class:`SandboxKernelManager` is the ``jupyter_client`` kernel
+manager that nbgrader's executor uses to start sandboxed kernels (``trainsys.execution``);
+:func:`ensure_available` tells an instructor what to install when the sandbox cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import AsyncKernelManager
+
+ENV_VAR = "TRAINSYS_SANDBOX"  # JSON of SandboxConfig, or "off"; set by the grading command for nbgrader
+SRC = Path(__file__).resolve().parents[2]  # <course>/src: the package source, bound read-only
+SYSTEM_DIRS = ("/usr", "/etc", "/opt")  # read-only; /bin, /lib, … are symlinks into /usr (merged /usr)
+MERGED_USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+SLOT_UID_BASE = 61000  # uid of grading slot k when the grader runs as root: SLOT_UID_BASE + k
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot run on this machine; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Limits of one sandbox. Sizes in bytes, times in seconds."""
+
+    address_space: int = 6 * 2**30  # RLIMIT_AS: importing torch maps ~2 GiB of address space
+    processes: int = 256  # RLIMIT_NPROC (threads count): per sandbox user
+    open_files: int = 1024  # RLIMIT_NOFILE
+    file_size: int = 256 * 2**20  # RLIMIT_FSIZE: the largest file it may write
+    cpu_seconds: int = 1800  # RLIMIT_CPU per process
+    tmpfs_size: int = 512 * 2**20  # each private tmpfs (home, /tmp, /dev/shm)
+    slot: int = 0  # grading slot: picks the sandbox uid when the grader is root
+    extra_ro: tuple[str, ...] = field(default_factory=tuple)  # more read-only binds (tests)
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> SandboxConfig | None:
+        """The configuration the grading command passed down; ``None`` when the sandbox is off."""
+        value = (os.environ if environ is None else environ).get(ENV_VAR, "")
+        if value == "off":
+            return None
+        if not value:
+            return cls()
+        data = json.loads(value)
+        data["extra_ro"] = tuple(data.get("extra_ro", ()))
+        return cls(**data)
+
+    @property
+    def uid(self) -> int | None:
+        """The uid the sandbox runs as: a slot's own uid when the grader is root, else the grader's."""
+        return SLOT_UID_BASE + self.slot if os.geteuid() == 0 else None
+
+
+def _python_prefixes() -> list[str]:
+    """Folders the Python environment lives in: the venv and the interpreter it was made from."""
+    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    return sorted(p for p in paths if p and not any(p.startswith(s + "/") or p == s for s in SYSTEM_DIRS))
+
+
+def wrap(command: list[str], config: SandboxConfig, *, rw: tuple[str, ...] = (), chdir: str = "/home/student",
+         env: dict[str, str] | None = None) -> list[str]:
+    """``command`` run in the sandbox: bwrap's arguments, then ``prlimit`` (the rlimits) and ``command``.
+
+    ``rw`` folders are bound writable at the same path (a kernel's socket folder). ``env`` is the
+    whole environment inside (nothing of the grader's leaks in).
+    """
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxUnavailable(_MISSING_BWRAP)
+    uid = config.uid
+    # As root, bwrap builds the namespaces itself and the command drops to the slot's uid inside
+    # (a user namespace would keep the real uid 0, for which the kernel enforces no process limit);
+    # as anyone else, an unprivileged user namespace.
+    unshare = (["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+               if uid is not None else ["--unshare-all"])
+    args = [bwrap, *unshare, "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"]
+    for folder in SYSTEM_DIRS:
+        if os.path.isdir(folder):
+            args += ["--ro-bind", folder, folder]
+    for name in MERGED_USR_LINKS:
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    made: set[str] = set()
+    for folder in (*_python_prefixes(), str(SRC), *config.extra_ro):
+        args += _parents(folder, made) + ["--ro-bind", folder, folder]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for folder in ("/tmp", "/dev/shm", "/home/student"):
+        args += ["--perms", "1777", "--size", str(config.tmpfs_size), "--tmpfs", folder]
+    for folder in rw:
+        args += _parents(folder, made) + ["--bind", folder, folder]
+    inner_env = {"HOME": "/home/student", "USER": "student", "LOGNAME": "student", "PATH": "/usr/bin:/bin",
+                 "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore", "PYTHONDONTWRITEBYTECODE": "1",
+                 "MPLCONFIGDIR": "/tmp/matplotlib", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                 "MKL_NUM_THREADS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1", **(env or {})}
+    for key, value in inner_env.items():
+        args += ["--setenv", key, value]
+    args += ["--chdir", chdir, "--"]
+    if uid is not None:  # no capabilities, no way back up (setuid binaries are ignored), another user
+        args += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    return [*args, *_prlimit(config), *command]
+
+
+def _parents(folder: str, made: set[str]) -> list[str]:
+    """Create the folders above a bind point traversable (bwrap would make them 0700, root's)."""
+    args = []
+    for parent in reversed(Path(folder).parents[:-1]):  # without "/"
+        if str(parent) not in made and str(parent) not in ("/tmp", "/usr", "/etc", "/opt"):
+            made.add(str(parent))
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def _prlimit(config: SandboxConfig) -> list[str]:
+    """rlimits set inside the sandbox (after bwrap has built it), on the command and all it starts."""
+    prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
+    return [prlimit, f"--as={config.address_space}", f"--nproc={config.processes}", f"--nofile={config.open_files}",
+            f"--fsize={config.file_size}", f"--cpu={config.cpu_seconds}", "--core=0", "--"]
+
+
+_MISSING_BWRAP = ("the grading sandbox needs bubblewrap: install it with `apt-get install bubblewrap` "
+                  "(the Makefile's `sandbox` target does), or grade with --no-sandbox (not safe for a class)")
+
+
+def ensure_available(config: SandboxConfig | None = None) -> None:
+    """Start a trivial sandbox; raise :class:`SandboxUnavailable` naming the fix when it cannot run."""
+    config = config or SandboxConfig()
+    try:
+        command = wrap(["/bin/true"], config)
+    except SandboxUnavailable:
+        raise
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxUnavailable(f"bubblewrap could not start a sandbox: {exc}") from None
+    if run.returncode != 0:
+        detail = (run.stderr.strip().splitlines() or ["no message"])[-1]
+        hint = ""
+        if "namespace" in detail.lower() or "operation not permitted" in detail.lower():
+            hint = (" — user namespaces look disabled: enable them with "
+                    "`sysctl -w kernel.unprivileged_userns_clone=1` (Debian) or "
+                    "`sysctl -w user.max_user_namespaces=15000`, and on Ubuntu 24.04+ "
+                    "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`")
+        raise SandboxUnavailable(f"bubblewrap could not start a sandbox ({detail}){hint}; "
+                                 "or grade with --no-sandbox (not safe for a class)")
+
+
+def private_folder(config: SandboxConfig, prefix: str) -> str:
+    """A fresh folder outside the sandbox that the sandbox user may write (bound writable inside).
+
+    Kept short: Unix socket paths are limited to 107 bytes.
+    """
+    folder = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    if config.uid is not None:
+        os.chown(folder, config.uid, config.uid)
+    os.chmod(folder, 0o700)
+    return folder
+
+
+class SandboxKernelManager(AsyncKernelManager):
+    """A ``jupyter_client`` kernel manager whose kernel runs in the sandbox.
+
+    The kernel talks over ZeroMQ ``ipc`` sockets in a private folder (the sandbox has no network);
+    interrupts are sent as messages (a signal to bwrap would not reach the kernel in its own session);
+    the folder is removed when the kernel's resources are cleaned up.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sandbox = SandboxConfig.from_env() or SandboxConfig()
+        self.sandbox_folder = private_folder(self.sandbox, "tsk-")
+        self.transport = "ipc"
+        self.ip = os.path.join(self.sandbox_folder, "k")
+        self.connection_file = os.path.join(self.sandbox_folder, "kernel.json")
+
+    def write_connection_file(self, **kwargs: Any) -> None:
+        super().write_connection_file(**kwargs)
+        if self.sandbox.uid is not None and os.path.exists(self.connection_file):
+            os.chown(self.connection_file, self.sandbox.uid, self.sandbox.uid)
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        command = super().format_kernel_cmd(extra_arguments)
+        if self.kernel_spec is not None:
+            self.kernel_spec.interrupt_mode = "message"
+        return wrap(command, self.sandbox, rw=(self.sandbox_folder,))
+
+    # AsyncKernelManager binds these names to KernelManager's coroutines: override the names themselves.
+    async def _launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:  # type: ignore[override]
+        kw["cwd"] = self.sandbox_folder  # never the student's folder on the real file system
+        await AsyncKernelManager._launch_kernel(self, kernel_cmd, **kw)
+
+    async def cleanup_resources(self, restart: bool = False) -> None:  # type: ignore[override]
+        await AsyncKernelManager.cleanup_resources(self, restart=restart)
+        if not restart:
+            shutil.rmtree(self.sandbox_folder, ignore_errors=True)
+
+
+def current_limits() -> dict[str, tuple[int, int]]:
+    """The rlimits of this process (to show inside a sandbox what it got)."""
+    names = {"as": resource.RLIMIT_AS, "nproc": resource.RLIMIT_NPROC, "nofile": resource.RLIMIT_NOFILE,
+             "fsize": resource.RLIMIT_FSIZE, "cpu": resource.RLIMIT_CPU}
+    return {name: resource.getrlimit(value) for name, value in names.items()}
