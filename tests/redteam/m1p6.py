@@ -92,10 +92,6 @@ def _ias_accepts_bool_and_complex(params):
     return _ias_core(params, kind_check="not_int")
 
 
-def _ias_sorted_keys(params):
-    return _ias_core(params, sort_keys=True)
-
-
 def _ias_readonly_broadcast(params):
     return _ias_core(params, readonly=True)
 
@@ -707,8 +703,6 @@ MUTANTS = {
          "TypeError')", _ias_accepts_non_arrays),
         ("accepts boolean and complex arrays (contract: 'not a floating-point array: TypeError')",
          _ias_accepts_bool_and_complex),
-        ("moment dicts in sorted key order (contract: 'dict with params' keys'; flat order is the dict's)",
-         _ias_sorted_keys),
         ("read-only broadcast zeros (contract: buffers updated in place, 'every array returned is new')",
          _ias_readonly_broadcast),
     ],

@@ -451,8 +451,11 @@ def _pam_alt_finfo(layer_widths, batch, dtype=np.float32, num_micro_batches=1, s
         raise ValueError(f"num_micro_batches must be between 1 and batch={batch}")
     try:
         bits = np.finfo(dtype).bits
+        real = np.dtype(dtype).kind == "f"
     except (TypeError, ValueError) as exc:
         raise TypeError(f"dtype must be a floating NumPy dtype, got {dtype!r}") from exc
+    if not real:  # np.finfo also answers for complex dtypes
+        raise TypeError(f"dtype must be a real floating NumPy dtype, got {dtype!r}")
     if segment_size is not None:
         if type(segment_size) is bool or not isinstance(segment_size, numbers.Integral):
             raise TypeError("segment_size must be None or an integer")
