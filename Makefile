@@ -19,7 +19,7 @@ export OMP_NUM_THREADS := 1
 
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 
-.PHONY: setup vendor browser book test release grade lab bench clean
+.PHONY: setup vendor browser sandbox book test release grade lab bench clean
 
 setup: $(STAMP)
 
@@ -52,7 +52,11 @@ book: setup vendor
 browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
-test: setup vendor browser
+# Debian's bubblewrap: the OS sandbox every student kernel runs in while a class is graded.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null)
+
+test: setup vendor browser sandbox
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax tests solutions
 
 release: setup
@@ -61,14 +65,14 @@ release: setup
 	  $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; \
 	done
 
-grade: setup
-	$(BIN)/python -m trainsys.autograde --course . $(GRADE_ARGS)
+grade: setup sandbox
+	$(BIN)/python -I -m trainsys.autograde --course $(abspath .) $(GRADE_ARGS)
 
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.open_browser=False \
 	  --LabApp.news_url=None --ServerApp.allow_root=True
 
-bench: setup vendor
+bench: setup vendor sandbox
 	$(BIN)/python -m trainsys.bench
 
 clean:
