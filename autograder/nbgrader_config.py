@@ -61,10 +61,13 @@ c.Autograde.autograde_preprocessors = [
     CheckCellMetadata,
 ]
 
-# Feedback shows which hidden check failed and its message, never the hidden code.
+# Feedback shows which hidden check failed and its message, never the hidden code, and is safe to open:
+# student outputs and markdown are sanitized (nh3 allowlist; scripts and widgets dropped with a notice) and
+# the page runs no script and loads nothing from elsewhere (no CDN MathJax; trainsys.autograde.feedback).
 from nbgrader.preprocessors import GetGrades  # noqa: E402
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 
-from trainsys.autograde.feedback import HideHiddenTests  # noqa: E402
+from trainsys.autograde.feedback import FeedbackExporter, HideHiddenTests, SanitizeOutputs  # noqa: E402
 
-c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, SanitizeOutputs, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.exporter_class = FeedbackExporter
