@@ -172,7 +172,7 @@ def bench_mixed_precision() -> None:
 
 
 def bench_grading() -> None:
-    """Class grading throughput: the same 8-student class graded with --jobs 1 and --jobs 2."""
+    """Class grading throughput: the same 8-student class graded with --jobs 1 and 2, with and without the sandbox."""
     sys.path.insert(0, str(REPO))
     from tests.synthetic_class import LESSONS, make_course, students, submit_class
 
@@ -181,18 +181,26 @@ def bench_grading() -> None:
     roster = [s for s in students() if s.name in {"solved", "partial", "blank", "warnings_on_stderr",
                                                  "import_reference", "edit_locked_cell", "mutant_relu_forward_0",
                                                  "mutant_linear_forward_1"}]
-    seconds = {}
-    for jobs in (1, 2):
+    notebooks = len(roster) * len(LESSONS)
+
+    def grade(jobs: int, sandbox: bool) -> float:
         with tempfile.TemporaryDirectory() as tmp:
             course = make_course(Path(tmp))
             submit_class(course, roster)
             start = time.perf_counter()
-            grade_class(Options(course=course, jobs=jobs, timeout=30), progress=False)
-            seconds[jobs] = time.perf_counter() - start
-        notebooks = len(roster) * len(LESSONS)
-        print(f"grading {len(roster)} students x {len(LESSONS)} notebooks with --jobs {jobs}: {seconds[jobs]:.1f} s "
-              f"= {seconds[jobs] / notebooks:.2f} s per notebook, {notebooks / seconds[jobs] * 60:.0f} notebooks/min")
-    print(f"speed-up --jobs 2 vs --jobs 1: {seconds[1] / seconds[2]:.2f}x")
+            grade_class(Options(course=course, jobs=jobs, timeout=30, sandbox=sandbox), progress=False)
+            return time.perf_counter() - start
+
+    seconds = {}
+    for jobs, sandbox in ((1, True), (2, True), (2, False)):
+        seconds[jobs, sandbox] = elapsed = grade(jobs, sandbox)
+        print(f"grading {len(roster)} students x {len(LESSONS)} notebooks with --jobs {jobs}, "
+              f"{'sandboxed' if sandbox else 'unsandboxed'}: {elapsed:.1f} s = {elapsed / notebooks:.2f} s per "
+              f"notebook, {notebooks / elapsed * 60:.0f} notebooks/min")
+    print(f"speed-up --jobs 2 vs --jobs 1 (sandboxed): {seconds[1, True] / seconds[2, True]:.2f}x")
+    overhead = seconds[2, True] / seconds[2, False] - 1
+    print(f"sandbox overhead, --jobs 2: {seconds[2, True] / notebooks:.2f} vs {seconds[2, False] / notebooks:.2f} s per "
+          f"notebook = {100 * overhead:+.1f}% (target <= 15%)")
 
 
 def bench_data_parallel() -> None:

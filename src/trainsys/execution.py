@@ -13,6 +13,8 @@ book build through :func:`install` (``book/_ext/sliced_poll.py``).
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import typing as t
 from queue import Empty
 from time import monotonic
@@ -84,18 +86,39 @@ class SlicedPollNotebookClient(NotebookClient):
     _async_poll_for_reply = _sliced_poll_for_reply
 
 
+HIDDEN_REGION = re.compile(r"### BEGIN HIDDEN TESTS.*?(?:### END HIDDEN TESTS[^\n]*|\Z)", re.S)
+HIDDEN_NOTICE = "### (hidden tests: run by the trusted grader, not in this kernel)"
+
+
 class SlicedPollExecute(Execute):
     """nbgrader's ``Execute`` preprocessor (configured as ``Execute``) with the sliced reply poll, whose
-    kernels run in the grading sandbox (``trainsys.autograde.sandbox``) unless ``TRAINSYS_SANDBOX=off``."""
+    kernels run in the grading sandbox (``trainsys.autograde.sandbox``) unless ``TRAINSYS_SANDBOX=off``.
+
+    Under the class grading command (which sets ``TRAINSYS_SANDBOX``, and decides the points in its
+    trusted re-check) the kernel is never sent the hidden tests: student code in the kernel could read
+    them (``In``, a ``post_run_cell`` hook) and print them into its feedback. Plain ``nbgrader
+    autograde`` still runs them in the kernel, whose scores are then the grades.
+    """
 
     _async_poll_for_reply = _sliced_poll_for_reply
 
     def __init__(self, *args: t.Any, **kwargs: t.Any) -> None:
-        from trainsys.autograde.sandbox import SandboxConfig, SandboxKernelManager
+        from trainsys.autograde.sandbox import ENV_VAR, SandboxConfig, SandboxKernelManager
 
         if SandboxConfig.from_env() is not None:
             kwargs["kernel_manager_class"] = SandboxKernelManager
         super().__init__(*args, **kwargs)
+        self.withhold_hidden_tests = bool(os.environ.get(ENV_VAR))
+
+    def preprocess_cell(self, cell: NotebookNode, resources: t.Any, index: int) -> t.Any:
+        source = cell.get("source", "")
+        if not (self.withhold_hidden_tests and cell.get("cell_type") == "code" and "### BEGIN HIDDEN TESTS" in source):
+            return super().preprocess_cell(cell, resources, index)
+        cell.source = HIDDEN_REGION.sub(HIDDEN_NOTICE, source)
+        try:
+            return super().preprocess_cell(cell, resources, index)
+        finally:
+            cell.source = source  # the notebook keeps the instructor's cell (the feedback hides it)
 
 
 def install() -> None:

@@ -57,6 +57,7 @@ def apply_verdicts(options: Options, student: str, assignment: str, reply: dict)
         flags.append(f"could not be re-checked: {reply['error'].strip().splitlines()[-1][:300]}; "
                      "every test cell set to 0, review by hand")
     by_cell = {(v["notebook"], v["cell"]): v for v in verdicts}
+    withheld = _hidden_cells(options.course / "solutions" / assignment)  # never run in the kernel
     with Gradebook(nbgrader_env(options.course, options.db_url)["NBGRADER_DB_URL"]) as gb:
         try:
             submission = gb.find_submission(assignment, student)
@@ -78,12 +79,28 @@ def apply_verdicts(options: Options, student: str, assignment: str, reply: dict)
                 if verdict is not None and verdict["status"] == "unconfirmed":
                     flags.append(f"{notebook.name}.ipynb {grade.name}: could not be confirmed "
                                  f"({verdict['message'][:200]}); 0 points, review by hand")
-                elif verdict is not None and not passed and kernel > 0:
+                elif verdict is not None and not passed and kernel > 0 and (notebook.name, grade.name) not in withheld:
                     flags.append(f"{notebook.name}.ipynb {grade.name}: passed in the kernel but fails the "
                                  f"trusted re-check ({verdict['message'][:200]})")
         gb.db.commit()
     _annotate(options.course / "autograded" / student / assignment, verdicts)
     return flags
+
+
+def _hidden_cells(folder: Path) -> set[tuple[str, str]]:
+    """``(notebook, grade id)`` of the hidden-test cells: the grading command's kernels are not sent their
+    code (``trainsys.execution``), so the kernel's score for them means nothing."""
+    from trainsys.autograde.verify import read_lesson
+
+    cells = set()
+    for source in sorted(folder.glob("*.ipynb")):
+        try:
+            lesson = read_lesson(source)
+        except Exception:  # noqa: BLE001 - an unreadable source has no lesson
+            lesson = None
+        if lesson is not None:
+            cells.add((source.stem, lesson.hidden_id))
+    return cells
 
 
 def _annotate(folder: Path, verdicts: list[dict]) -> None:

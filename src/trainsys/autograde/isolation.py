@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import builtins
 import os
+import re
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -240,6 +242,21 @@ def _write_back(target: Any, source: Any) -> None:
 
 
 # --- the student process --------------------------------------------------------------------------------
+MAGIC = re.compile(r"^\s*[%!]|\?\s*$", re.M)
+
+
+def ipython_to_python(source: str) -> str:
+    """A cell's IPython syntax (``%magic``, ``!shell``, ``obj?``) as plain Python, as the kernel runs it.
+
+    IPython is imported only for cells that need it (it costs a fraction of a second per process).
+    """
+    if not MAGIC.search(source):
+        return source
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(source)
+
+
 def _guarded_objects() -> dict[str, Any]:
     import importlib
 
@@ -251,6 +268,28 @@ def _guarded_objects() -> dict[str, Any]:
             if hasattr(module, name):
                 found[f"{module_name}.{name}"] = (module, name, getattr(module, name))
     return found
+
+
+class _NoShell:
+    """What ``get_ipython()`` gives the student's cells here: line magics and shell commands do nothing,
+    a cell magic (``%%time``, ``%%capture``) runs its cell's body, as the kernel would."""
+
+    def __init__(self, namespace: dict) -> None:
+        self.namespace = namespace
+
+    def get(self) -> _NoShell:
+        return self
+
+    def run_line_magic(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def run_cell_magic(self, name: str, line: str, cell: str) -> None:
+        exec(compile(ipython_to_python(cell), "<cell magic>", "exec"), self.namespace)
+
+    def system(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    getoutput = system
 
 
 def _child_main() -> None:  # pragma: no cover - runs in the student process
@@ -271,16 +310,11 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
                       if not is_(getattr_(module, name, None), obj))
 
     namespace: dict[str, Any] = {"__name__": "__main__"}
+    namespace["get_ipython"] = _NoShell(namespace).get
     first_error = None
-    try:  # IPython syntax (%magics, !shell) becomes plain Python calls, as in the kernel
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        transform = TransformerManager().transform_cell
-    except ImportError:
-        transform = str
     for index, source in enumerate(request["cells"]):  # like a kernel: a failing cell does not stop the next
         try:
-            exec(compile(transform(source), f"<cell {index}>", "exec"), namespace)
+            exec(compile(ipython_to_python(source), f"<cell {index}>", "exec"), namespace)
         except BaseException as exc:  # noqa: BLE001 - report whatever the student code raised
             first_error = first_error or f"{type(exc).__name__}: {exc}"
     fn = namespace.get(request["name"])
@@ -289,12 +323,32 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
     wire.send(stdout, {**status, "tampered": tampered()})
     while fn is not None:
         try:
-            args, kwargs = wire.receive(stdin)
+            request = wire.receive(stdin)
         except EOFError:
             return
+        args, kwargs = request["args"], request["kwargs"]
+        traced = False
+        if request.get("measure"):  # the grader measures this process's peak memory around the call
+            wire.send(stdout, {"ready": True})
+            traced = bool(wire.receive(stdin).get("tracemalloc"))
         try:
-            result = fn(*args, **kwargs)
+            if traced:
+                import tracemalloc
+
+                tracemalloc.start()
+                start, _ = tracemalloc.get_traced_memory()
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                if traced:
+                    peak = tracemalloc.get_traced_memory()[1] - start
+                    tracemalloc.stop()
+                if request.get("measure"):
+                    wire.send(stdout, {"done": True})
+                    wire.receive(stdin)
             reply = {"ok": True, "result": _encode_result(result, (args, kwargs)), "args": (args, kwargs)}
+            if traced:
+                reply["peak"] = peak
             data = wire.dumps(reply)
         except BaseException as exc:  # noqa: BLE001 - whatever the call raised, or a result we cannot send
             kind = "TypeError" if isinstance(exc, WireError) else type(exc).__name__
@@ -316,13 +370,15 @@ class StudentProcess:
     def __init__(self, cells: list[str], name: str, timeout: float = 60.0,
                  sandbox: SandboxConfig | None = None, memory_limit_bytes: int | None = None) -> None:
         self.timeout = timeout
+        self.sandbox = sandbox
         command = [sys.executable, "-I", "-c", "from trainsys.autograde.isolation import _child_main; _child_main()"]
         preexec = None
         if sandbox is not None:
             command = wrap(command, sandbox)
             env = None
         else:
-            env = {**os.environ, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
+            env = {**os.environ, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg",
+                   "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}
             if memory_limit_bytes:
                 def preexec() -> None:  # pragma: no cover - runs in the child before exec
                     import resource
@@ -366,9 +422,9 @@ class StudentProcess:
             raise IsolationUnavailable(f"the student's process sent an invalid message: {error}")
         return box["reply"]
 
-    def call(self, args: tuple, kwargs: dict) -> Any:
+    def _send(self, value: Any) -> None:
         try:
-            data = wire.dumps((tuple(args), dict(kwargs)))
+            data = wire.dumps(value)
         except WireError as exc:  # the check passed something the channel cannot carry: a grader bug
             raise IsolationUnavailable(f"the grader cannot send these arguments: {exc}") from None
         try:
@@ -376,6 +432,60 @@ class StudentProcess:
             self.process.stdin.flush()
         except (BrokenPipeError, OSError, ValueError) as exc:
             raise IsolationUnavailable(f"the student's process is gone: {exc}") from None
+
+    def _expect(self, key: str) -> None:
+        reply = self._reply()
+        if type(reply) is not dict or reply.get(key) is not True:
+            self.close()
+            raise IsolationUnavailable(f"the student's process broke the measuring protocol (expected {key!r})")
+
+    def main_pid(self) -> int | None:
+        """The outer pid of the Python process running the student's code (not one it forked).
+
+        Without the sandbox it is the process we started; in it, the oldest child of bwrap's init in
+        the sandbox's PID namespace (orphans the student makes are reparented there too, later).
+        """
+        if self.sandbox is None:
+            return self.process.pid
+        try:
+            outer = self.process.pid
+            init = [int(p) for p in _children(outer)]
+            if len(init) != 1:
+                return None
+            kids = [int(p) for p in _children(init[0])]
+            return min(kids, key=_start_time) if kids else None
+        except (OSError, ValueError):
+            return None
+
+    def measure(self, args: tuple, kwargs: dict) -> tuple[Any, int]:
+        """``(result, peak)``: the call's result and the peak memory it needed, in bytes.
+
+        Measured by the operating system when it allows: the process's peak resident set (``VmHWM``),
+        reset just before the call (``/proc/<pid>/clear_refs``) and read just after it, minus its
+        resident set before — numbers the student's code cannot touch. Otherwise (no permission to
+        reset) the student process measures itself with ``tracemalloc``.
+        """
+        self._send({"args": tuple(args), "kwargs": dict(kwargs), "measure": True})
+        self._expect("ready")
+        pid = self.main_pid()
+        baseline = _reset_peak(pid) if pid is not None else None
+        self._send({"tracemalloc": baseline is None})
+        self._expect("done")
+        peak = _peak(pid) if baseline is not None else None
+        self._send({"go": True})
+        result, reply = self._finish(args, kwargs)
+        if baseline is not None and peak is not None:
+            return result, max(peak - baseline, 0)
+        traced = reply.get("peak")
+        if type(traced) is not int:
+            raise IsolationUnavailable("the student's process sent no memory measurement")
+        return result, traced
+
+    def call(self, args: tuple, kwargs: dict) -> Any:
+        self._send({"args": tuple(args), "kwargs": dict(kwargs)})
+        return self._finish(args, kwargs)[0]
+
+    def _finish(self, args: tuple, kwargs: dict) -> tuple[Any, dict]:
         reply = self._reply()
         try:
             if type(reply) is not dict or type(reply.get("ok")) is not bool:
@@ -387,7 +497,7 @@ class StudentProcess:
                 raise WireError("a reply without the arguments after the call")
             _write_back(tuple(args), after[0])
             _write_back(kwargs, after[1])
-            return _decode_result(reply.get("result"), (args, kwargs))
+            return _decode_result(reply.get("result"), (args, kwargs)), reply
         except WireError as exc:
             self.close()
             raise IsolationUnavailable(f"the student's process sent an invalid reply: {exc}") from None
@@ -418,3 +528,39 @@ class RemoteFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.process.call(args, kwargs)
+
+    def peak_memory(self, *args: Any, **kwargs: Any) -> tuple[Any, int]:
+        """``(result, peak bytes)`` of one call, measured out of the student's reach where possible."""
+        return self.process.measure(args, kwargs)
+
+
+def _children(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+
+
+def _start_time(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise ValueError(f"no {field} in /proc/{pid}/status")
+
+
+def _reset_peak(pid: int) -> int | None:
+    """Reset the process's peak resident set to its current one; return that (``None``: not allowed)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return _status_kib(pid, "VmRSS")
+    except (OSError, ValueError):
+        return None
+
+
+def _peak(pid: int) -> int | None:
+    try:
+        return _status_kib(pid, "VmHWM")
+    except (OSError, ValueError):
+        return None

@@ -155,19 +155,23 @@ def _dedupe_cell_ids(nb: nbformat.NotebookNode) -> int:
 
 
 def _dedupe_grade_ids(nb: nbformat.NotebookNode) -> int:
-    """A cell repeating an earlier cell's nbgrader grade id (a copy-pasted test cell) becomes a plain
-    code cell; the first copy stays the graded one. Return how many were changed."""
-    seen: set[str] = set()
-    changed = 0
+    """A cell repeating another cell's nbgrader grade id (a copy-pasted test cell) becomes a plain code
+    cell. The released cell stays the graded one: the copy whose cell id is its grade id (as nbgrader's
+    release writes it; a pasted copy gets a new id, and may sit above the answer), else the first copy.
+    Return how many were changed."""
+    copies: dict[str, list] = {}
     for cell in nb.get("cells", []):
         meta = cell.get("metadata", {}).get("nbgrader")
         grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
-        if grade_id is None:
-            continue
-        if grade_id in seen:
-            del cell["metadata"]["nbgrader"]
-            changed += 1
-        seen.add(grade_id)
+        if grade_id is not None:
+            copies.setdefault(grade_id, []).append(cell)
+    changed = 0
+    for grade_id, cells in copies.items():
+        keep = next((cell for cell in cells if cell.get("id") == grade_id), cells[0])
+        for cell in cells:
+            if cell is not keep:
+                del cell["metadata"]["nbgrader"]
+                changed += 1
     return changed
 
 

@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,10 @@ def wrap(command: list[str], config: SandboxConfig, *, rw: tuple[str, ...] = (),
     inner_env = {"HOME": "/home/student", "USER": "student", "LOGNAME": "student", "PATH": "/usr/bin:/bin",
                  "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore", "PYTHONDONTWRITEBYTECODE": "1",
                  "MPLCONFIGDIR": "/tmp/matplotlib", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-                 "MKL_NUM_THREADS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1", **(env or {})}
+                 "MKL_NUM_THREADS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+                 # arrays of 64 KiB or more get pages of their own, returned when freed: the resident set
+                 # follows the live arrays, so a peak measured from outside is the arrays' peak
+                 "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072", **(env or {})}
     for key, value in inner_env.items():
         args += ["--setenv", key, value]
     args += ["--chdir", chdir, "--"]
@@ -184,13 +188,27 @@ def ensure_available(config: SandboxConfig | None = None) -> None:
 def private_folder(config: SandboxConfig, prefix: str) -> str:
     """A fresh folder outside the sandbox that the sandbox user may write (bound writable inside).
 
-    Kept short: Unix socket paths are limited to 107 bytes.
+    Kept short: Unix socket paths are limited to 107 bytes. When the grader is root the folder stays
+    the grader's, writable by the slot's group only until :func:`seal_folder` (the sandbox user cannot
+    undo that: it does not own the folder).
     """
     folder = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
     if config.uid is not None:
-        os.chown(folder, config.uid, config.uid)
-    os.chmod(folder, 0o700)
+        os.chown(folder, os.geteuid(), config.uid)
+        os.chmod(folder, 0o730)
+    else:
+        os.chmod(folder, 0o700)
     return folder
+
+
+def seal_folder(config: SandboxConfig, folder: str, writable: bool = False) -> None:
+    """Let the sandbox create files in its socket folder (``writable``) or no longer (sealed).
+
+    The folder lies on the grader's disk: once the kernel has bound its sockets a sealed folder keeps
+    a student from filling that disk through it (only when the grader is root; see private_folder).
+    """
+    if config.uid is not None:
+        os.chmod(folder, 0o730 if writable else 0o710)
 
 
 class SandboxKernelManager(AsyncKernelManager):
@@ -212,7 +230,8 @@ class SandboxKernelManager(AsyncKernelManager):
     def write_connection_file(self, **kwargs: Any) -> None:
         super().write_connection_file(**kwargs)
         if self.sandbox.uid is not None and os.path.exists(self.connection_file):
-            os.chown(self.connection_file, self.sandbox.uid, self.sandbox.uid)
+            os.chown(self.connection_file, os.geteuid(), self.sandbox.uid)
+            os.chmod(self.connection_file, 0o640)
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         command = super().format_kernel_cmd(extra_arguments)
@@ -220,10 +239,32 @@ class SandboxKernelManager(AsyncKernelManager):
             self.kernel_spec.interrupt_mode = "message"
         return wrap(command, self.sandbox, rw=(self.sandbox_folder,))
 
-    # AsyncKernelManager binds these names to KernelManager's coroutines: override the names themselves.
-    async def _launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:  # type: ignore[override]
+    # AsyncKernelManager binds these names to KernelManager's coroutines: override the names themselves
+    # (start_kernel calls _async_launch_kernel).
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:  # type: ignore[override]
         kw["cwd"] = self.sandbox_folder  # never the student's folder on the real file system
-        await AsyncKernelManager._launch_kernel(self, kernel_cmd, **kw)
+        # The kernel's own stdout/stderr would be the grader's pipes (ipykernel echoes all output there and
+        # hands them out as sys.stdout.fileno()): unbounded memory in the grader. Output goes over iopub.
+        kw["stdin"] = kw["stdout"] = kw["stderr"] = subprocess.DEVNULL
+        seal_folder(self.sandbox, self.sandbox_folder, writable=True)
+        try:
+            await AsyncKernelManager._launch_kernel(self, kernel_cmd, **kw)
+            await self._sockets_bound()
+        finally:
+            seal_folder(self.sandbox, self.sandbox_folder)
+
+    _launch_kernel = _async_launch_kernel
+
+    async def _sockets_bound(self, timeout: float = 60.0) -> None:
+        """Wait until the kernel has created its socket files (before any student code runs in it)."""
+        import asyncio
+
+        paths = [f"{self.ip}-{port}" for port in self.ports]
+        deadline = time.monotonic() + timeout
+        while not all(os.path.exists(p) for p in paths) and time.monotonic() < deadline:
+            if self.provisioner is not None and await self.provisioner.poll() is not None:
+                return  # the kernel died: nbclient reports it
+            await asyncio.sleep(0.05)
 
     async def cleanup_resources(self, restart: bool = False) -> None:  # type: ignore[override]
         await AsyncKernelManager.cleanup_resources(self, restart=restart)

@@ -33,7 +33,7 @@ from typing import Any
 
 import nbformat
 
-from trainsys.autograde.isolation import IsolationTimeout, IsolationUnavailable, StudentProcess
+from trainsys.autograde.isolation import IsolationTimeout, IsolationUnavailable, StudentProcess, ipython_to_python
 from trainsys.autograde.sandbox import SandboxConfig
 
 CHECK_CALL = re.compile(r"check_(\w+)\((\w+)\)")
@@ -124,13 +124,10 @@ def student_cells(notebook: Path, lesson: Lesson) -> tuple[list[str] | None, str
 
 def _run_visible(lesson: Lesson, function: Any) -> None:
     """The source notebook's visible test cell, here, with the student's function bound to its name."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    transform = TransformerManager().transform_cell
     namespace: dict[str, Any] = {"__name__": "__main__"}
-    exec(compile(transform(lesson.setup), "<setup>", "exec"), namespace)  # noqa: S102 - the instructor's cell
+    exec(compile(ipython_to_python(lesson.setup), "<setup>", "exec"), namespace)  # noqa: S102 - the instructor's
     namespace[lesson.function] = function
-    exec(compile(transform(lesson.visible), "<visible tests>", "exec"), namespace)  # noqa: S102
+    exec(compile(ipython_to_python(lesson.visible), "<visible tests>", "exec"), namespace)  # noqa: S102
 
 
 def _run_hidden(lesson: Lesson, function: Any) -> None:

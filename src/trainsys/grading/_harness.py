@@ -34,6 +34,28 @@ def quiet() -> Iterator[None]:
         yield
 
 
+def peak_of_call(fn: Callable[..., Any], case: str, *args: Any, **kwargs: Any) -> tuple[Any, int]:
+    """``(result, peak bytes)`` of the student's call, failures as in :func:`call`.
+
+    In the notebook kernel the peak is ``tracemalloc``'s (every NumPy buffer allocated during the call
+    and alive at its worst moment). When the grader calls a function that lives in a sandboxed process
+    (``trainsys.autograde.isolation.RemoteFunction``), that process's peak resident memory over the call
+    is measured by the operating system instead, out of the student code's reach. Compare it with the
+    reference measured the same way (:func:`reference_peak`), never with an absolute number.
+    """
+    measure = getattr(fn, "peak_memory", None)
+    if measure is None:
+        from trainsys.memtrain.measure import peak_memory_bytes
+
+        return peak_memory_bytes(call, fn, case, *args, **kwargs)
+    try:
+        return measure(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailure(f"[{case}] the function is not implemented yet (it raised NotImplementedError)") from None
+    except Exception as exc:  # noqa: BLE001 - any student exception is a failed case
+        raise CheckFailure(f"[{case}] raised {type(exc).__name__}: {exc}") from None
+
+
 def call(fn: Callable[..., Any], case: str, *args: Any, **kwargs: Any) -> Any:
     """Call the student's ``fn``, turning any exception it raises into a failure of ``case``.
 

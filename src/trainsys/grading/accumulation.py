@@ -24,6 +24,7 @@ from trainsys.grading._harness import (
     assert_scalar,
     assert_tuple,
     call,
+    peak_of_call,
     quiet,
     run_cases,
 )
@@ -169,7 +170,7 @@ def _check_memory(fn: Callable[..., Any]) -> None:
     label = "memory: n=2048, d_hidden=256, 8 micro-batches vs the reference with 1"
     with quiet():
         _, full = peak_memory_bytes(ref.grad_accumulation_step, params, X, Y, 1, 0.01)
-        _, student = peak_memory_bytes(call, fn, label, params, X, Y, 8, 0.01)
+        _, student = peak_of_call(fn, label, params, X, Y, 8, 0.01)
     if student > full / 3:
         raise CheckFailure(f"[{label}] peak memory {student / 2**20:.2f} MiB with 8 micro-batches vs "
                            f"{full / 2**20:.2f} MiB for the whole batch at once: activations of all micro-batches "
