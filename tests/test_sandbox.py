@@ -315,3 +315,18 @@ def test_an_unsendable_result_is_a_type_error() -> None:
     with _student("def f(x):\n    return object()\n") as student:
         with pytest.raises(TypeError, match="cannot be sent back"):
             student.function(1)
+
+
+def test_a_replaced_buffer_is_not_an_in_place_update() -> None:
+    source = ("def f(acc, g):\n"
+              "    acc['a'] += g\n"          # in place: the caller's array changes
+              "    acc['b'] = acc['b'] + g\n"  # a new array: the caller's dict must hold a new object
+              "    acc['c'] = 1\n")
+    a, b = np.zeros(3), np.zeros(3)
+    acc = {"a": a, "b": b}
+    with _student(source) as student:
+        student.function(acc, np.ones(3))
+    assert acc["a"] is a and acc["b"] is not b and acc["c"] == 1
+    np.testing.assert_array_equal(a, np.ones(3))
+    np.testing.assert_array_equal(b, np.zeros(3))
+    np.testing.assert_array_equal(acc["b"], np.ones(3))

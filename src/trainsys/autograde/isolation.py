@@ -34,7 +34,7 @@ import numpy as np
 
 from trainsys.autograde import wire
 from trainsys.autograde.sandbox import SandboxConfig, wrap
-from trainsys.autograde.wire import Alias, View, WireError
+from trainsys.autograde.wire import Alias, Kept, View, WireError
 
 GUARDED_MODULES = ("numpy", "numpy.testing", "trainsys.grading", "trainsys.grading._harness", "builtins")
 GUARDED_NAMES = {
@@ -189,56 +189,83 @@ def _decode_result(result: Any, args: Any) -> Any:
     return result
 
 
-def _write_back(target: Any, source: Any) -> None:
-    """Make the caller's arguments equal the student's after the call, in place where possible.
+def _mark_kept(args: Any, originals: dict[int, tuple]) -> Any:
+    """The arguments after the call, each object that was there before the call wrapped in ``Kept``.
 
-    Arrays and tensors are copied into, dicts and lists updated entry by entry, a NumPy generator takes
-    the student's state (the draws the function made), a torch module its parameters, buffers,
-    gradients and mode.
+    ``originals`` maps ``id`` → path of every mutable object of the arguments *before* the call (the
+    caller keeps those objects alive, so ids cannot be reused). The caller then updates its own
+    objects in place where the student did, and takes the new objects where the student replaced one
+    (``acc[k] = acc[k] + g`` is a new array, not an in-place update, and must look like one).
     """
+    def mark(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            inner: Any = {k: mark(v) for k, v in obj.items()}
+        elif isinstance(obj, list):
+            inner = [mark(v) for v in obj]
+        elif isinstance(obj, tuple):
+            inner = tuple(mark(v) for v in obj)
+        else:
+            inner = obj
+        path = originals.get(id(obj))
+        return Kept(path, inner) if path is not None and isinstance(obj, _shared_types()) else inner
+
+    return mark(args)
+
+
+def _restore(node: Any, root: Any) -> Any:
+    """The caller's object for one node of the arguments after the call (see :func:`_mark_kept`)."""
+    if isinstance(node, Kept):
+        original = _at(root, node.path)
+        _update_in_place(original, node.value, root)
+        return original
+    if isinstance(node, dict):
+        return {k: _restore(v, root) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_restore(v, root) for v in node]
+    if isinstance(node, tuple):
+        return tuple(_restore(v, root) for v in node)
+    return node
+
+
+def _update_in_place(target: Any, value: Any, root: Any) -> None:
+    """Make the caller's ``target`` hold what the student's same object held after the call."""
     torch = sys.modules.get("torch")
-    if isinstance(target, np.random.Generator) and isinstance(source, np.random.Generator):
-        target.bit_generator.state = source.bit_generator.state
-        return
-    if torch is not None:
-        if isinstance(target, torch.Generator) and isinstance(source, torch.Generator):
-            target.set_state(source.get_state())
-            return
-        if isinstance(target, torch.nn.Module) and isinstance(source, torch.nn.Module):
-            mine_state, theirs_state = target.state_dict(), source.state_dict()
+    if isinstance(target, dict) and isinstance(value, dict):
+        items = [(k, _restore(v, root)) for k, v in value.items()]
+        target.clear()
+        target.update(items)
+    elif isinstance(target, list) and isinstance(value, list):
+        target[:] = [_restore(v, root) for v in value]
+    elif isinstance(target, np.random.Generator) and isinstance(value, np.random.Generator):
+        target.bit_generator.state = value.bit_generator.state
+    elif isinstance(target, np.ndarray) and isinstance(value, np.ndarray):
+        if target.shape == value.shape and target.flags.writeable:
+            np.copyto(target, value, casting="unsafe")
+    elif torch is not None and isinstance(target, torch.Generator) and isinstance(value, torch.Generator):
+        target.set_state(value.get_state())
+    elif torch is not None and isinstance(target, torch.nn.Module) and isinstance(value, torch.nn.Module):
+        mine_state, theirs_state = target.state_dict(keep_vars=True), value.state_dict(keep_vars=True)
+        with torch.no_grad():
+            for key, tensor in mine_state.items():
+                new = theirs_state.get(key)
+                if isinstance(new, torch.Tensor) and new.shape == tensor.shape:
+                    tensor.copy_(new.to(tensor.dtype))
+        for mine, theirs in zip(target.modules(), value.modules()):
+            mine.training = theirs.training
+        for mine, theirs in zip(target.parameters(), value.parameters()):
+            mine.grad = None if theirs.grad is None else theirs.grad.detach().clone()
+    elif torch is not None and isinstance(target, torch.Tensor) and isinstance(value, torch.Tensor):
+        if target.shape == value.shape and target.dtype == value.dtype:
             with torch.no_grad():
-                for key, tensor in mine_state.items():
-                    new = theirs_state.get(key)
-                    if isinstance(new, torch.Tensor) and new.shape == tensor.shape:
-                        tensor.copy_(new.to(tensor.dtype))
-            for mine, theirs in zip(target.modules(), source.modules()):
-                mine.training = theirs.training
-            for mine, theirs in zip(target.parameters(), source.parameters()):
-                mine.grad = None if theirs.grad is None else theirs.grad.detach().clone()
-            return
-        if isinstance(target, torch.Tensor) and isinstance(source, torch.Tensor):
-            if target.shape == source.shape and target.dtype == source.dtype:
-                with torch.no_grad():
-                    target.copy_(source)
-            return
-    if isinstance(target, np.ndarray) and isinstance(source, np.ndarray):
-        if target.shape == source.shape and target.flags.writeable:
-            np.copyto(target, source, casting="unsafe")
-    elif isinstance(target, dict) and isinstance(source, dict):
-        for key in list(target):
-            if key not in source:
-                del target[key]
-        for key, value in source.items():
-            if key in target and isinstance(target[key], _shared_types()):
-                _write_back(target[key], value)
-            else:
-                target[key] = value
-    elif isinstance(target, list) and isinstance(source, list):
-        for i, value in enumerate(source[: len(target)]):
-            _write_back(target[i], value)
-    elif isinstance(target, tuple) and isinstance(source, tuple):
-        for mine, theirs in zip(target, source):
-            _write_back(mine, theirs)
+                target.copy_(value)
+
+
+def _write_back(args: tuple, kwargs: dict, after: Any) -> None:
+    """Apply the student's arguments after the call (marked by :func:`_mark_kept`) to the caller's."""
+    root = (args, kwargs)
+    for node in (*after[0], *after[1].values()):
+        if isinstance(node, Kept):
+            _restore(node, root)
 
 
 # --- the student process --------------------------------------------------------------------------------
@@ -327,6 +354,8 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
         except EOFError:
             return
         args, kwargs = request["args"], request["kwargs"]
+        objects = [(p, o) for p, o in _walk((args, kwargs)) if len(p) >= 2 and isinstance(o, _shared_types())]
+        originals = {id(o): p for p, o in objects}  # ``objects`` keeps them alive: no id is reused
         traced = False
         if request.get("measure"):  # the grader measures this process's peak memory around the call
             wire.send(stdout, {"ready": True})
@@ -346,7 +375,8 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
                 if request.get("measure"):
                     wire.send(stdout, {"done": True})
                     wire.receive(stdin)
-            reply = {"ok": True, "result": _encode_result(result, (args, kwargs)), "args": (args, kwargs)}
+            reply = {"ok": True, "result": _encode_result(result, (args, kwargs)),
+                     "args": _mark_kept((args, kwargs), originals)}
             if traced:
                 reply["peak"] = peak
             data = wire.dumps(reply)
@@ -495,8 +525,7 @@ class StudentProcess:
             after = reply.get("args")
             if type(after) is not tuple or len(after) != 2 or type(after[0]) is not tuple or type(after[1]) is not dict:
                 raise WireError("a reply without the arguments after the call")
-            _write_back(tuple(args), after[0])
-            _write_back(kwargs, after[1])
+            _write_back(tuple(args), kwargs, after)
             return _decode_result(reply.get("result"), (args, kwargs)), reply
         except WireError as exc:
             self.close()
