@@ -74,17 +74,29 @@ def expect_raises(
     fn: Callable[..., Any],
     case: str,
     errors: tuple[type[BaseException], ...],
-    argument: str,
+    argument: str | tuple[str, ...],
     *args: Any,
     **kwargs: Any,
 ) -> None:
-    """Require ``fn(*args)`` to reject its input with one of ``errors`` whose message names ``argument``."""
+    """Require ``fn(*args)`` to reject its input with one of ``errors`` whose message names ``argument``.
+
+    ``argument`` may also be a tuple of strings, all of which the message must contain (the argument
+    and what the contract says the message shows: an index such as ``shards[1]``, both counts, a key).
+    """
     names = " or ".join(e.__name__ for e in errors)
     try:
         fn(*args, **kwargs)
     except NotImplementedError:
         raise CheckFailure(f"[{case}] the function is not implemented yet (it raised NotImplementedError)") from None
     except errors as exc:
+        if isinstance(argument, tuple):
+            missing = [part for part in argument if part not in str(exc)]
+            if missing:
+                raise CheckFailure(
+                    f"[{case}] raised {type(exc).__name__} as it should, but its message {str(exc)!r} "
+                    f"does not show {', '.join(map(repr, missing))} (it must name {', '.join(map(repr, argument))})"
+                ) from None
+            return
         if argument not in str(exc):
             raise CheckFailure(
                 f"[{case}] raised {type(exc).__name__} as it should, but its message {str(exc)!r} "
