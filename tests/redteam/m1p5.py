@@ -1097,7 +1097,6 @@ MUTANTS = {
          _dpts_counts_received_bytes),
         ("bytes_sent is a NumPy array (contract: 'list of N ints')", _dpts_bytes_as_array),
         ("loss is np.float64 (contract: 'Python float')", _dpts_numpy_loss),
-        ("accepts lr = nan / inf (contract: 'lr ... finite, > 0')", _dpts_accepts_nan_lr),
         ("refuses a tuple of shards (contract: 'shards a non-empty list or tuple')", _dpts_rejects_tuple),
         ("shard errors name 'shards' without the index (contract: 'every message naming shards[k]')",
          _dpts_no_index_in_message),
@@ -1144,6 +1143,11 @@ ALTERNATIVES = {
          _ring_alt_sequential_views),
         ("np.array_split views of each worker's buffer", _ring_alt_array_split_views),
     ],
-    "data_parallel_train_step": [("hand-flattened vector, own ring, manual θ - lr g", _dpts_alt_manual_update)],
+    "data_parallel_train_step": [
+        ("hand-flattened vector, own ring, manual θ - lr g", _dpts_alt_manual_update),
+        # was a mutant: its own check lets nan / inf through, but sgd_step (given) refuses them naming lr,
+        # before anything is returned — the contract's behaviour
+        ("checks only lr > 0; sgd_step refuses lr = nan / inf naming lr", _dpts_accepts_nan_lr),
+    ],
     "bucket_gradients": [("sizes-only grouping pass, then one preallocated buffer per bucket", _bucket_alt_two_pass)],
 }
