@@ -19,7 +19,7 @@ export OMP_NUM_THREADS := 1
 
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 
-.PHONY: setup vendor browser sandbox book test release grade lab bench clean
+.PHONY: setup vendor browser sandbox book test release grade lab progress bench clean
 
 setup: $(STAMP)
 
@@ -67,6 +67,9 @@ release: setup
 
 grade: setup sandbox
 	$(BIN)/python -I -m trainsys.autograde --course $(abspath .) $(GRADE_ARGS)
+
+progress: setup
+	$(BIN)/python -m trainsys.progress --notebooks notebooks
 
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.open_browser=False \
