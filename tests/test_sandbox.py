@@ -330,3 +330,19 @@ def test_a_replaced_buffer_is_not_an_in_place_update() -> None:
     np.testing.assert_array_equal(a, np.ones(3))
     np.testing.assert_array_equal(b, np.zeros(3))
     np.testing.assert_array_equal(acc["b"], np.ones(3))
+
+
+def test_the_grader_fingerprint_sees_a_new_startup_file(tmp_path, monkeypatch) -> None:
+    from trainsys.autograde import integrity
+
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "ok.py").write_text("x = 1\n")
+    monkeypatch.setattr(integrity, "site_packages", lambda: [site])
+    before = integrity.fingerprint(tmp_path)
+    (site / "__pycache__").mkdir()
+    (site / "__pycache__" / "ok.cpython-311.pyc").write_bytes(b"cache")
+    integrity.assert_unchanged(before, tmp_path)  # a bytecode cache is no change
+    (site / "evil.pth").write_text("import os\n")
+    with pytest.raises(integrity.GraderChanged, match="site-packages"):
+        integrity.assert_unchanged(before, tmp_path)

@@ -8,7 +8,8 @@ job the grading command fingerprints
   content;
 - the Python environment's ``site-packages`` by name, size and modification time of every file, and
   by content for the files Python runs at start-up (``*.pth``, ``sitecustomize.py``,
-  ``usercustomize.py``),
+  ``usercustomize.py``). Bytecode caches (``__pycache__``) are left out: Python writes them whenever a
+  module is first imported, which is no change to the grader,
 
 and stops the run with a message naming what changed when a fingerprint differs from the one taken
 when the run started.
@@ -54,7 +55,7 @@ def _listing_digest(root: Path) -> str:
     """Names, sizes and modification times of every file below ``root``; contents of start-up files."""
     digest = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
             try:
