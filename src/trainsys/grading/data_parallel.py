@@ -62,13 +62,23 @@ def _arrays(N: int, shape: tuple, seed: int, dtype: type = np.float64) -> list[n
 
 
 def assert_inputs_unchanged(label: str, what: str, before: Any, after: Any) -> None:
-    """Like the harness's ``assert_unchanged``, but descending into lists and tuples (lists of worker arrays)."""
+    """Like the harness's ``assert_unchanged``, but descending into lists and tuples (lists of worker arrays),
+    and also catching a dict that gained or lost keys and a number or string replaced inside an input
+    (``state["step"] = t`` written into the caller's state)."""
     if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)) and len(before) == len(after):
         for i, (b, a) in enumerate(zip(before, after)):
             assert_inputs_unchanged(label, f"{what}[{i}]", b, a)
     elif isinstance(before, Mapping) and isinstance(after, Mapping):
+        if set(before) != set(after):
+            raise CheckFailure(f"[{label}] the function changed the keys of its input {what} (from "
+                               f"{sorted(map(str, before))} to {sorted(map(str, after))}); it must leave it unchanged")
         for key in before:
             assert_inputs_unchanged(label, f"{what}[{key!r}]", before[key], after.get(key))
+    elif isinstance(before, (int, float, str, np.generic)) and not isinstance(before, np.ndarray):
+        same = type(before) is type(after) and (before == after or (before != before and after != after))
+        if not same:
+            raise CheckFailure(f"[{label}] the function replaced {what} of its input, {before!r}, by {after!r}; "
+                               "it must leave its inputs unchanged")
     elif isinstance(before, np.ndarray) and not (isinstance(after, np.ndarray) and np.array_equal(before, after,
                                                                                                     equal_nan=True)):
         raise CheckFailure(f"[{label}] the function modified its input {what} in place; it must leave it unchanged")

@@ -49,8 +49,27 @@ def _params(seed: int, d_in: int = 3, d_h: int = 5, d_out: int = 2, dtype: type 
 
 
 def _assert_step(label: str, what: str, got: Any, expected: int) -> None:
-    if isinstance(got, bool) or not isinstance(got, (int, np.integer)) or got != expected:
-        raise CheckFailure(f"[{label}] {what} is {got!r}, expected {expected} (the number of steps taken)")
+    if type(got) is not int or got != expected:
+        raise CheckFailure(f"[{label}] {what} is {got!r} ({type(got).__name__}), expected the Python int {expected} "
+                           "(the number of steps taken)")
+
+
+def _assert_new(label: str, what: str, got: Any, inputs: Any, where: str = "argument") -> None:
+    """``got`` must share memory with no array among ``inputs`` (nested dicts, lists and tuples)."""
+    def arrays(obj: Any, path: str):
+        if isinstance(obj, np.ndarray):
+            yield path, obj
+        elif isinstance(obj, dict):
+            for key, value in obj.items():
+                yield from arrays(value, f"{path}[{key!r}]")
+        elif isinstance(obj, (list, tuple)):
+            for i, value in enumerate(obj):
+                yield from arrays(value, f"{path}[{i}]")
+
+    for path, array in arrays(inputs, where):
+        if np.shares_memory(got, array):
+            raise CheckFailure(f"[{label}] {what} shares memory with the input {path}; every result must be a "
+                               "new array")
 
 
 def _assert_state(label: str, what: str, got: Any, expected: dict, tree: bool) -> None:
@@ -85,10 +104,20 @@ def check_init_adam_state(fn: Callable[..., Any]) -> str:
                                    "would overwrite the other")
             if np.shares_memory(got["m"][key], params[key]) or np.shares_memory(got["v"][key], params[key]):
                 raise CheckFailure(f"[{label}] the state of {key!r} shares memory with the parameter")
+            for moment in ("m", "v"):
+                if not got[moment][key].flags.writeable:
+                    raise CheckFailure(f"[{label}] {moment}[{key!r}] is read-only (a broadcast view?); the state is "
+                                       "updated in place, so every array must be a new, writable buffer")
 
+    w = np.ones((2, 2), np.float32)
     invalid = [
-        ("params is a list", BAD, "params", _fixed([np.ones(3, np.float32)])),
-        ("an integer parameter", BAD, "params", _fixed({"W": np.ones((2, 2), dtype=np.int32)})),
+        ("params is a list", (TypeError,), "params", _fixed([np.ones(3, np.float32)])),
+        ("an integer parameter 'layer7'", (TypeError,), ("params", "layer7"),
+         _fixed({"W": w, "layer7": np.ones((2, 2), dtype=np.int32)})),
+        ("a parameter given as a Python list", (TypeError,), ("params", "bias"), _fixed({"W": w, "bias": [0.5, 1.0]})),
+        ("a parameter given as a Python float", (TypeError,), ("params", "scale"), _fixed({"W": w, "scale": 1.5})),
+        ("a boolean parameter array", (TypeError,), ("params", "mask"), _fixed({"W": w, "mask": np.ones(2, bool)})),
+        ("a complex parameter array", (TypeError,), ("params", "z"), _fixed({"W": w, "z": np.ones(2, np.complex64)})),
     ]
     return run_cases("init_adam_state", fn, ref.init_adam_state, cases, compare, invalid, compare_with_inputs=True)
 
@@ -96,31 +125,45 @@ def check_init_adam_state(fn: Callable[..., Any]) -> str:
 # --- Lesson 32 -------------------------------------------------------------------------------------
 def check_partition_optimizer_state(fn: Callable[..., Any]) -> str:
     """``[(k s, (k+1) s)]`` with ``s = ceil(Ψ/N)``: equal shards, the padding at the end."""
-    sizes = [(12, 4), (10, 4), (10, 3), (7, 1), (5, 8), (1, 1), (100, 7), (3, 3), (13, 5)]
+    sizes = [(12, 4), (10, 4), (10, 3), (7, 1), (5, 8), (1, 1), (100, 7), (3, 3), (13, 5),
+             # s = ceil(Ψ/N) in integer arithmetic: Ψ/N through float64 rounds to 2^59 and its ceil is one short
+             (2**60 + 1, 2), (2**53 + 1, 1)]
     cases = [(f"flat_numel={n}, num_workers={N}", _fixed(n, N)) for n, N in sizes]
+    cases += [("flat_numel=np.int64(10), num_workers=np.int32(4) (NumPy integers)", _fixed(np.int64(10), np.int32(4))),
+              ("flat_numel=np.int64(9), num_workers=np.uint8(3)", _fixed(np.int64(9), np.uint8(3)))]
 
     def compare(label: str, got: Any, expected: list) -> None:
         ok = isinstance(got, (list, tuple)) and all(isinstance(r, (list, tuple)) and len(r) == 2 for r in got)
         normalised = [tuple(int(x) for x in r) for r in got] if ok else got
         if normalised != expected:
             raise CheckFailure(f"[{label}] shard ranges are {got!r}, expected {expected} (s = ceil(flat_numel / N) "
-                               "elements each; the last worker owns the padding, and every element is owned)")
+                               "in integer arithmetic, elements each; the last worker owns the padding, and every "
+                               "element is owned)")
+        if not isinstance(got, list) or not all(type(r) is tuple and all(type(x) is int for x in r) for r in got):
+            raise CheckFailure(f"[{label}] ranges must be a list of (start, stop) tuples of Python ints, got "
+                               f"{type(got).__name__} of {sorted({type(r).__name__ for r in got})} holding "
+                               f"{sorted({type(x).__name__ for r in got for x in r})}")
 
     invalid = [
         ("num_workers = 0", BAD, "num_workers", _fixed(10, 0)),
         ("num_workers = -2", BAD, "num_workers", _fixed(10, -2)),
-        ("num_workers = 2.0", BAD, "num_workers", _fixed(10, 2.0)),
+        ("num_workers = 2.0", (TypeError,), "num_workers", _fixed(10, 2.0)),
+        ("num_workers = True", (TypeError,), "num_workers", _fixed(10, True)),
+        ("num_workers = '4'", (TypeError,), "num_workers", _fixed(10, "4")),
         ("flat_numel = 0", BAD, "flat_numel", _fixed(0, 2)),
+        ("flat_numel = 10.0", (TypeError,), "flat_numel", _fixed(10.0, 2)),
+        ("flat_numel = True", (TypeError,), "flat_numel", _fixed(True, 1)),
+        ("flat_numel = '12'", (TypeError,), "flat_numel", _fixed("12", 3)),
     ]
     return run_cases("partition_optimizer_state", fn, ref.partition_optimizer_state, cases, compare, invalid)
 
 
 # --- Lesson 33 -------------------------------------------------------------------------------------
 def _adam_case(shape: tuple, step: int, hp: dict, dtype: type, seed: int,
-               grad_scale: float = 1.0) -> Callable[[], Args]:
+               grad_scale: float = 1.0, grad_dtype: type | None = None) -> Callable[[], Args]:
     rng = np.random.default_rng(seed)
     p = rng.standard_normal(shape).astype(dtype)
-    g = (rng.standard_normal(shape) * grad_scale).astype(dtype)
+    g = (rng.standard_normal(shape) * grad_scale).astype(grad_dtype or dtype)
     sdt = ref.state_dtype(np.dtype(dtype))
     if step == 0:
         m, v = np.zeros(shape, sdt), np.zeros(shape, sdt)
@@ -139,35 +182,60 @@ def check_local_shard_adam_update(fn: Callable[..., Any]) -> str:
         ("step 100, a (2, 3) shard", _adam_case((2, 3), 99, ref.TORCH_ADAM_DEFAULTS, np.float32, 4)),
         ("step 2, gradients of size 1e-4 (eps matters)",
          _adam_case((6,), 1, ref.TORCH_ADAM_DEFAULTS, np.float64, 5, 1e-4)),
+        # float32 gradient: where the float16 parameter is rounded is the only float16 operation
+        ("step 3, float16 parameters with float32 gradient and moments (each keeps its dtype)",
+         _adam_case((6,), 2, HP, np.float16, 7, grad_dtype=np.float32)),
+        ("step 2, beta1 = 0 (no momentum; 0 <= beta1 is allowed)", _adam_case((5,), 1, {**HP, "beta1": 0.0},
+                                                                                np.float64, 8)),
     ]
+    zero_p = np.random.default_rng(9).standard_normal(4).astype(np.float32)
+    cases.append(("first step, a zero gradient (nothing moves, the results are still new arrays)",
+                  _fixed(zero_p, np.zeros(4, np.float32), {"m": np.zeros(4, np.float32), "v": np.zeros(4, np.float32),
+                                                           "step": 0}, HP)))
+    unchanged = with_snapshots(cases)
 
-    def compare(label: str, got: Any, expected: tuple) -> None:
+    def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
+        unchanged(label, inputs)
         p, state = assert_tuple(label, "the result (new_param_shard, new_state_shard)", got, 2)
         assert_array(label, "new_param_shard", p, expected[0])
         _assert_state(label, "new_state_shard", state, expected[1], tree=False)
+        names = ("param_shard", "grad_shard", "state_shard")
+        for what, array in (("new_param_shard", p), ("new_state_shard['m']", state["m"]),
+                            ("new_state_shard['v']", state["v"])):
+            for name, arg in zip(names, inputs[0]):
+                _assert_new(label, what, array, arg, name)
 
     p, g, state, _ = _adam_case((4,), 2, HP, np.float32, 6)()[0]
     invalid = [
         ("hp['lr'] = 0", BAD, "lr", _fixed(p, g, state, {**HP, "lr": 0.0})),
+        ("hp['lr'] = nan", BAD, "lr", _fixed(p, g, state, {**HP, "lr": float("nan")})),
+        ("hp['lr'] = inf", BAD, "lr", _fixed(p, g, state, {**HP, "lr": float("inf")})),
         ("hp['beta1'] = 1.0", BAD, "beta1", _fixed(p, g, state, {**HP, "beta1": 1.0})),
+        ("hp['beta2'] = -0.1", BAD, "beta2", _fixed(p, g, state, {**HP, "beta2": -0.1})),
         ("hp['eps'] = -1e-8", BAD, "eps", _fixed(p, g, state, {**HP, "eps": -1e-8})),
+        ("hp['eps'] = inf", BAD, "eps", _fixed(p, g, state, {**HP, "eps": float("inf")})),
         ("hp without 'eps'", BAD, "hp", _fixed(p, g, state, {k: v for k, v in HP.items() if k != "eps"})),
+        ("hp with an extra key 'weight_decay'", BAD, "hp", _fixed(p, g, state, {**HP, "weight_decay": 0.0})),
         ("grad_shard of 3 elements for 4", BAD, "grad_shard", _fixed(p, g[:3], state, HP)),
         ("state_shard['m'] of 5 elements for 4", BAD, "state_shard",
          _fixed(p, g, {**state, "m": np.zeros(5, np.float32)}, HP)),
         ("state_shard['step'] = -1", BAD, "step", _fixed(p, g, {**state, "step": -1}, HP)),
+        ("state_shard['step'] = True", BAD, "step", _fixed(p, g, {**state, "step": True}, HP)),
+        ("state_shard['step'] = 2.0", BAD, "step", _fixed(p, g, {**state, "step": 2.0}, HP)),
     ]
-    return run_cases("local_shard_adam_update", fn, ref.local_shard_adam_update, cases, compare, invalid)
+    return run_cases("local_shard_adam_update", fn, ref.local_shard_adam_update, cases, compare, invalid,
+                     compare_with_inputs=True)
 
 
 # --- Lesson 34 -------------------------------------------------------------------------------------
-def _gather_case(numel: int, N: int, seed: int, dtype: type = np.float32, last_zero: bool = False):
+def _gather_case(numel: int, N: int, seed: int, dtype: type = np.float32, last_zero: bool = False,
+                 padding: float = 0.0, container: type = list):
     rng = np.random.default_rng(seed)
     s = -(-numel // N)
-    flat = np.concatenate([rng.standard_normal(numel), np.zeros(N * s - numel)]).astype(dtype)
+    flat = np.concatenate([rng.standard_normal(numel), np.full(N * s - numel, padding)]).astype(dtype)
     if last_zero:
         flat[numel - 2:numel] = 0  # real parameters can be exactly 0
-    return _fixed([flat[k * s:(k + 1) * s].copy() for k in range(N)], numel)
+    return _fixed(container(flat[k * s:(k + 1) * s].copy() for k in range(N)), numel)
 
 
 def check_all_gather_param_shards(fn: Callable[..., Any]) -> str:
@@ -178,27 +246,40 @@ def check_all_gather_param_shards(fn: Callable[..., Any]) -> str:
         ("7 elements on 1 worker", _gather_case(7, 1, 3, np.float64)),
         ("5 elements on 8 workers (3 workers own only padding)", _gather_case(5, 8, 4)),
         ("13 elements on 5 workers, the last two real values are 0", _gather_case(13, 5, 5, np.float64, True)),
+        # padding is dropped by position, whatever it holds (and the shards are read only)
+        ("10 elements on 4 workers, the padding slots hold 7.0", _gather_case(10, 4, 7, padding=7.0)),
+        ("5 elements on 1 worker of 5 (no padding)", _gather_case(5, 1, 8, np.float64)),
+        ("9 elements on 3 workers given as a tuple", _gather_case(9, 3, 9, container=tuple)),
     ]
     unchanged = with_snapshots(cases)
 
     def compare(label: str, got: Any, expected: np.ndarray, inputs: Args) -> None:
         unchanged(label, inputs)
         assert_array(label, "the gathered flat parameters", got, expected, exact=True)
+        _assert_new(label, "the gathered flat parameters", got, inputs[0][0], "shards")
 
     shards = _gather_case(10, 4, 6)()[0][0]
     invalid = [
         ("no shards", BAD, "shards", _fixed([], 4)),
-        ("shards of 3 and 2 elements", BAD, "shards", _fixed([shards[0], shards[1][:2]], 5)),
+        ("shards[1] of 2 elements, shards[0] of 3", BAD, "shards[1]", _fixed([shards[0], shards[1][:2]], 5)),
+        ("shards[2] float64, shards[0] float32", BAD, "shards[2]",
+         _fixed([shards[0], shards[1], shards[2].astype(np.float64), shards[3]], 10)),
+        ("shards[0] an integer array", BAD, "shards[0]", _fixed([np.arange(3), np.arange(3)], 5)),
+        ("2-D shards of shape (3, 1)", BAD, "shards[0]", _fixed([a.reshape(3, 1) for a in shards], 10)),
         ("flat_numel = 20 for 4 shards of 3", BAD, "flat_numel", _fixed(shards, 20)),
+        ("flat_numel = 8 for 4 shards of 3 (ceil(8/4) = 2, not 3)", BAD, "flat_numel", _fixed(shards, 8)),
         ("flat_numel = 0", BAD, "flat_numel", _fixed(shards, 0)),
+        ("flat_numel = True for one shard of 1", (TypeError,), "flat_numel", _fixed([np.ones(1, np.float32)], True)),
+        ("flat_numel = 10.0", (TypeError,), "flat_numel", _fixed(shards, 10.0)),
     ]
     return run_cases("all_gather_param_shards", fn, ref.all_gather_param_shards, cases, compare, invalid,
                      compare_with_inputs=True)
 
 
 # --- Lesson 35 -------------------------------------------------------------------------------------
-def _zero_case(N: int, steps_before: int, seed: int, dtype: type = np.float64) -> Callable[[], Args]:
-    params = _params(seed, dtype=dtype)  # Ψ = 32 parameters
+def _zero_case(N: int, steps_before: int, seed: int, dtype: type = np.float64,
+               widths: tuple = (3, 5, 2)) -> Callable[[], Args]:
+    params = _params(seed, *widths, dtype=dtype)  # Ψ = 32 parameters for the default widths
     rng = np.random.default_rng(seed + 100)
     states = ref.init_sharded_adam_states(params, N)
     for _ in range(steps_before):  # a state that has seen some gradients
@@ -213,6 +294,8 @@ def check_zero_optimizer_step(fn: Callable[..., Any]) -> str:
     cases = [(f"{N} workers, Ψ = 32, after {t} steps", _zero_case(N, t, 10 + i))
              for i, (N, t) in enumerate([(1, 0), (2, 0), (3, 0), (4, 3), (5, 2), (3, 4)])]
     cases.append(("2 workers, float32", _zero_case(2, 1, 30, np.float32)))
+    cases.append(("6 workers, Ψ = 4 (workers 4 and 5 own only padding; their state advances too)",
+                  _zero_case(6, 1, 31, widths=(1, 1, 1))))
     unchanged = with_snapshots(cases)
 
     def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
@@ -231,8 +314,14 @@ def check_zero_optimizer_step(fn: Callable[..., Any]) -> str:
     invalid = [
         ("no worker gradients", BAD, "worker_grads", _fixed(params, [], states, HP)),
         ("3 gradients for 2 states", BAD, "worker_states", _fixed(params, grads + grads[:1], states, HP)),
-        ("a gradient without 'b2'", BAD, "worker_grads", _fixed(params, [grads[0], {k: v for k, v in grads[1].items()
-                                                                                    if k != "b2"}], states, HP)),
+        ("worker_grads[1] without 'b2'", BAD, "worker_grads[1]",
+         _fixed(params, [grads[0], {k: v for k, v in grads[1].items() if k != "b2"}], states, HP)),
+        ("worker_grads[1] with an extra key 'b3'", BAD, "worker_grads[1]",
+         _fixed(params, [grads[0], {**grads[1], "b3": np.zeros(2)}], states, HP)),
+        ("worker_grads[1]['W1'] of shape (5, 3) for (3, 5) (same size)", BAD, "worker_grads[1]",
+         _fixed(params, [grads[0], {**grads[1], "W1": grads[1]["W1"].T.copy()}], states, HP)),
+        ("worker_states[1]['v'] of the whole length", BAD, "worker_states[1]",
+         _fixed(params, grads, [states[0], {**states[1], "v": np.zeros(32)}], HP)),
         ("hp['lr'] = -0.1", BAD, "lr", _fixed(params, grads, states, {**HP, "lr": -0.1})),
         ("a state shard of the whole length", BAD, "worker_states",
          _fixed(params, grads, [ref.init_sharded_adam_states(params, 1)[0]] * 2, HP)),
