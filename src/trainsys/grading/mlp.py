@@ -18,14 +18,30 @@ from trainsys.grading._harness import (
     fixed as _args,
     BAD,
     Args,
+    CheckFailure,
     assert_array,
     assert_array_dict,
     assert_scalar,
     assert_tuple,
+    expect_raises,
+    expect_raises_naming_any,
+    in_process,
+    passed,
+    peak_of_call,
+    quiet,
     rng_for,
     run_cases,
 )
 from trainsys.memtrain import mlp as ref
+from trainsys.memtrain.measure import peak_memory_bytes
+
+TE = (TypeError,)
+"""The contract says TypeError (a wrong type: a float or ``True`` for a size, an integer array)."""
+VE = (ValueError,)
+"""The contract says ValueError (a legal type with an illegal value or shape)."""
+
+# float32 has a 24-bit significand: one unit in the last place is at most 2**-23 of the value.
+F32_ULP = 2.0**-23
 
 
 
@@ -33,6 +49,30 @@ def _normal(seed: int, shape: tuple[int, ...], dtype: type = np.float32) -> np.n
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
+
+
+def _with_rng_state(function: Callable[..., Any], rng_index: int) -> Callable[..., Any]:
+    """The reference, returning also its generator's state after the call (argument ``rng_index``)."""
+
+    def reference(*args: Any, **kwargs: Any) -> tuple[Any, dict]:
+        return function(*args, **kwargs), args[rng_index].bit_generator.state
+
+    return reference
+
+
+def _assert_rng_advanced(label: str, rng: Any, state: dict, draws: str) -> None:
+    if not isinstance(rng, np.random.Generator) or rng.bit_generator.state != state:
+        raise CheckFailure(f"[{label}] the generator must advance by exactly {draws} draws (the contract's draw "
+                           "order, every draw made even when it is multiplied by 0), but its state after the call "
+                           "differs from the reference's")
+
+
+def _assert_new_array(label: str, what: str, got: np.ndarray, **inputs: np.ndarray) -> None:
+    for name, array in inputs.items():
+        if isinstance(array, np.ndarray) and np.shares_memory(got, array):
+            raise CheckFailure(f"[{label}] {what} shares memory with the input {name}; the contract says it is a new "
+                               f"array (returning {name} itself, or a view of it, lets a later in-place update of one "
+                               "change the other)")
 
 
 def _params(d_in: int, d_hidden: int, d_out: int, seed: int, dtype: type = np.float32) -> dict[str, np.ndarray]:
@@ -60,20 +100,44 @@ def check_make_synthetic_regression_batch(fn: Callable[..., Any]) -> str:
     ]
     cases.append(("default noise_std", lambda: ((10, 4, 3, rng_for(9, 101)), {})))
 
-    def compare(label: str, got: Any, expected: tuple[np.ndarray, np.ndarray]) -> None:
+    cases.append(("n=64, d_in=64, d_out=4: long dot products", case(len(sizes), 64, 64, 4, 0.1)))
+
+    def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
+        (X_ref, Y_ref), state = expected
         X, Y = assert_tuple(label, "the result (X, Y)", got, 2)
-        assert_array(label, "X", X, expected[0], rtol=1e-5, atol=1e-6)
-        assert_array(label, "Y", Y, expected[1], rtol=1e-5, atol=1e-6)
+        # X is a cast of the float64 draws: exact. Y is computed in float64 and cast once, so any float64
+        # arrangement of X @ W* + noise_std * E rounds to the reference's float32 (at most 1 unit in the
+        # last place where float64 round-off lands on a float32 rounding boundary); float32 arithmetic is
+        # off by tens of units wherever the sum cancels.
+        assert_array(label, "X", X, X_ref, exact=True)
+        try:
+            assert_array(label, "Y", Y, Y_ref, rtol=F32_ULP, atol=0.0)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{failure} — compute Y in float64 and cast to float32 once, at the end") from None
+        n, d_in, d_out = inputs[0][:3]
+        _assert_rng_advanced(label, inputs[0][3], state, f"d_in*d_out + n*d_in + n*d_out = {d_in * d_out + n * d_in + n * d_out}")
 
     invalid = [
-        ("n = 0", BAD, "n", lambda: ((0, 3, 2, rng_for(0, 1)), {})),
-        ("n = 2.5", BAD, "n", lambda: ((2.5, 3, 2, rng_for(0, 1)), {})),
-        ("d_in = -1", BAD, "d_in", lambda: ((4, -1, 2, rng_for(0, 1)), {})),
-        ("d_out = 0", BAD, "d_out", lambda: ((4, 3, 0, rng_for(0, 1)), {})),
-        ("rng = 42 (a seed, not a Generator)", BAD, "rng", lambda: ((4, 3, 2, 42), {})),
-        ("noise_std = -0.1", BAD, "noise_std", lambda: ((4, 3, 2, rng_for(0, 1)), {"noise_std": -0.1})),
+        ("n = 0", VE, "n", lambda: ((0, 3, 2, rng_for(0, 1)), {})),
+        ("n = 2.5", TE, "n", lambda: ((2.5, 3, 2, rng_for(0, 1)), {})),
+        ("n = True (a bool is not a size)", TE, "n", lambda: ((True, 3, 2, rng_for(0, 1)), {})),
+        ("d_in = 4.0 (an integral float is still not an int)", TE, "d_in", lambda: ((4, 4.0, 2, rng_for(0, 1)), {})),
+        ("d_in = -1", VE, "d_in", lambda: ((4, -1, 2, rng_for(0, 1)), {})),
+        ("d_out = 0", VE, "d_out", lambda: ((4, 3, 0, rng_for(0, 1)), {})),
+        ("rng = 42 (a seed, not a Generator)", TE, "rng", lambda: ((4, 3, 2, 42), {})),
+        ("rng = None", TE, "rng", lambda: ((4, 3, 2, None), {})),
+        ("noise_std = -0.1", VE, "noise_std", lambda: ((4, 3, 2, rng_for(0, 1)), {"noise_std": -0.1})),
+        ("noise_std = nan", VE, "noise_std", lambda: ((4, 3, 2, rng_for(0, 1)), {"noise_std": float("nan")})),
+        ("noise_std = inf", VE, "noise_std", lambda: ((4, 3, 2, rng_for(0, 1)), {"noise_std": float("inf")})),
     ]
-    return run_cases("make_synthetic_regression_batch", fn, ref.make_synthetic_regression_batch, cases, compare, invalid)
+    count = run_cases("make_synthetic_regression_batch", fn, _with_rng_state(ref.make_synthetic_regression_batch, 3),
+                      cases, compare, invalid, compare_with_inputs=True, count_only=True)
+    if in_process(fn):  # a RandomState cannot cross the grading sandbox's data-only channel
+        with quiet():
+            expect_raises(fn, "rng = np.random.RandomState(0) (the legacy generator)", TE, "rng",
+                          4, 3, 2, np.random.RandomState(0))
+        count += 1
+    return passed("make_synthetic_regression_batch", count)
 
 
 # --- Lesson 2 --------------------------------------------------------------------------------------
@@ -86,16 +150,35 @@ def check_init_mlp_params(fn: Callable[..., Any]) -> str:
 
     cases = [(f"d_in={a}, d_hidden={b}, d_out={c}", case(i, a, b, c)) for i, (a, b, c) in enumerate(sizes)]
 
-    def compare(label: str, got: Any, expected: dict[str, np.ndarray]) -> None:
-        assert_array_dict(label, "params", got, expected, rtol=1e-5, atol=1e-7)
+    def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
+        params_ref, state = expected
+        # Exact: the draws are float64, scaled in float64 and cast once, so every float64 arrangement of
+        # the scale rounds to the same float32 (a 1-ulp float64 difference lands on a float32 rounding
+        # boundary with probability about 2**-29 per entry). Casting the draws to float32 before scaling
+        # rounds twice and is off by one unit in the last place in about a third of the entries.
+        try:
+            assert_array_dict(label, "params", got, params_ref, exact=True)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{failure} — draw in float64, scale in float64, then cast to float32 once") from None
+        d_in, d_hidden, d_out = inputs[0][:3]
+        _assert_rng_advanced(label, inputs[0][3], state, f"d_in*d_hidden + d_hidden*d_out = {d_in * d_hidden + d_hidden * d_out}")
 
     invalid = [
-        ("d_hidden = 0", BAD, "d_hidden", lambda: ((3, 0, 2, rng_for(0, 2)), {})),
-        ("d_in = 3.0 (a float)", BAD, "d_in", lambda: ((3.0, 4, 2, rng_for(0, 2)), {})),
-        ("d_out = -2", BAD, "d_out", lambda: ((3, 4, -2, rng_for(0, 2)), {})),
-        ("rng = None", BAD, "rng", lambda: ((3, 4, 2, None), {})),
+        ("d_hidden = 0", VE, "d_hidden", lambda: ((3, 0, 2, rng_for(0, 2)), {})),
+        ("d_in = 3.0 (a float)", TE, "d_in", lambda: ((3.0, 4, 2, rng_for(0, 2)), {})),
+        ("d_out = True (a bool is not a width)", TE, "d_out", lambda: ((3, 4, True, rng_for(0, 2)), {})),
+        ("d_out = -2", VE, "d_out", lambda: ((3, 4, -2, rng_for(0, 2)), {})),
+        ("rng = None", TE, "rng", lambda: ((3, 4, 2, None), {})),
+        ("rng = 7 (a seed)", TE, "rng", lambda: ((3, 4, 2, 7), {})),
     ]
-    return run_cases("init_mlp_params", fn, ref.init_mlp_params, cases, compare, invalid)
+    count = run_cases("init_mlp_params", fn, _with_rng_state(ref.init_mlp_params, 3), cases, compare, invalid,
+                      compare_with_inputs=True, count_only=True)
+    if in_process(fn):  # a RandomState cannot cross the grading sandbox's data-only channel
+        with quiet():
+            expect_raises(fn, "rng = np.random.RandomState(0) (the legacy generator)", TE, "rng",
+                          3, 4, 2, np.random.RandomState(0))
+        count += 1
+    return passed("init_mlp_params", count)
 
 
 # --- Lesson 3 --------------------------------------------------------------------------------------
@@ -110,16 +193,27 @@ def check_linear_forward(fn: Callable[..., Any]) -> str:
 
     cases = [(f"X {(n, a)}, W {(a, b)}, {np.dtype(t).name}", case(i, n, a, b, t))
              for i, (n, a, b, t) in enumerate(shapes)]
+    # NumPy promotion decides the dtype: float32 with float64 gives float64, whichever operand is wider.
+    cases += [
+        ("float32 X with float64 W and b (promotes to float64)",
+         _args(_normal(11, (4, 3)), _normal(12, (3, 2), np.float64), _normal(13, (2,), np.float64))),
+        ("float64 X with float32 W and b (promotes to float64)",
+         _args(_normal(14, (3, 2), np.float64), _normal(15, (2, 5)), _normal(16, (5,)))),
+    ]
 
     def compare(label: str, got: Any, expected: np.ndarray) -> None:
         assert_array(label, "Z", got, expected)
 
     X, W, b = _normal(1, (4, 3)), _normal(2, (3, 2)), _normal(3, (2,))
     invalid = [
-        ("X is 1-D", BAD, "X", _args(X[0], W, b)),
-        ("W has 4 input rows for X with 3 features", BAD, "W", _args(X, _normal(4, (4, 2)), b)),
-        ("b has 3 entries for 2 outputs", BAD, "b", _args(X, W, _normal(5, (3,)))),
-        ("b has shape (1, 2)", BAD, "b", _args(X, W, b.reshape(1, 2))),
+        ("X is 1-D", VE, "X", _args(X[0], W, b)),
+        ("W has 4 input rows for X with 3 features", VE, "W", _args(X, _normal(4, (4, 2)), b)),
+        ("b has 3 entries for 2 outputs", VE, "b", _args(X, W, _normal(5, (3,)))),
+        ("b has shape (1, 2)", VE, "b", _args(X, W, b.reshape(1, 2))),
+        ("b has shape (1,) for 2 outputs (it would broadcast)", VE, "b", _args(X, W, b[:1].copy())),
+        ("integer X", TE, "X", _args(np.arange(12).reshape(4, 3), W, b)),
+        ("integer W", TE, "W", _args(X, np.ones((3, 2), dtype=np.int64), b)),
+        ("X as a Python list of floats", TE, "X", _args(X.tolist(), W, b)),
     ]
     return run_cases("linear_forward", fn, ref.linear_forward, cases, compare, invalid)
 
@@ -134,16 +228,22 @@ def check_relu_forward(fn: Callable[..., Any]) -> str:
         ("(1, 1) negative", _args(np.array([[-3.0]], dtype=np.float32))),
         ("(3, 2, 5) float64", _args(_normal(42, (3, 2, 5), np.float64))),
         ("(10,) float16", _args(_normal(43, (10,), np.float16))),
+        ("no negative entry (A is still a new array)", _args(np.abs(_normal(44, (3, 4))) + 0.5)),
+        ("NaN and ±inf (NaN stays NaN)",
+         _args(np.array([[np.nan, -np.inf, np.inf], [-1.0, np.nan, 2.0]], dtype=np.float32))),
     ]
 
-    def compare(label: str, got: Any, expected: np.ndarray) -> None:
+    def compare(label: str, got: Any, expected: np.ndarray, inputs: Args) -> None:
         assert_array(label, "A", got, expected, exact=True)
+        _assert_new_array(label, "A", got, Z=inputs[0][0])
 
     invalid = [
-        ("integer array", BAD, "Z", _args(np.array([[1, -2]]))),
-        ("a Python list", BAD, "Z", _args([[1.0, -2.0]])),
+        ("integer array", TE, "Z", _args(np.array([[1, -2]]))),
+        ("boolean array", TE, "Z", _args(np.array([[True, False]]))),
+        ("complex array", TE, "Z", _args(np.array([[1.0 + 1.0j, -2.0]]))),
+        ("a Python list", TE, "Z", _args([[1.0, -2.0]])),
     ]
-    return run_cases("relu_forward", fn, ref.relu_forward, cases, compare, invalid)
+    return run_cases("relu_forward", fn, ref.relu_forward, cases, compare, invalid, compare_with_inputs=True)
 
 
 # --- Lesson 5 --------------------------------------------------------------------------------------
@@ -157,18 +257,30 @@ def check_mlp_forward(fn: Callable[..., Any]) -> str:
     cases = [(f"batch={n}, d_in={a}, d_hidden={h}, d_out={o}", case(i, n, a, h, o))
              for i, (n, a, h, o) in enumerate(sizes)]
 
-    def compare(label: str, got: Any, expected: tuple[np.ndarray, dict[str, np.ndarray]]) -> None:
+    def compare(label: str, got: Any, expected: tuple[np.ndarray, dict[str, np.ndarray]], inputs: Args) -> None:
         Y_hat, cache = assert_tuple(label, "the result (Y_hat, cache)", got, 2)
         assert_array(label, "Y_hat", Y_hat, expected[0])
         assert_array_dict(label, "cache", cache, expected[1])
+        if cache["X"] is not inputs[0][1]:
+            raise CheckFailure(f"[{label}] cache['X'] must be the caller's X itself (a reference, not a copy): "
+                               "a copy doubles the memory of the input batch for nothing")
 
     p = _params(3, 4, 2, 7)
     missing = {k: v for k, v in p.items() if k != "b2"}
+    extra = {**p, "W3": _normal(10, (2, 2))}
+    short_b1 = {**p, "b1": p["b1"][:3].copy()}
+    short_b2 = {**p, "b2": p["b2"][:1].copy()}
+    int_W1 = {**p, "W1": np.ones((3, 4), dtype=np.int64)}
     invalid = [
-        ("X has 5 features, W1 expects 3", BAD, "X", _args(p, _normal(8, (2, 5)))),
-        ("params without 'b2'", BAD, "b2", _args(missing, _normal(9, (2, 3)))),
+        ("X has 5 features, W1 expects 3", VE, "X", _args(p, _normal(8, (2, 5)))),
+        ("params without 'b2'", VE, "b2", _args(missing, _normal(9, (2, 3)))),
+        ("params with an extra key 'W3'", VE, "W3", _args(extra, _normal(9, (2, 3)))),
+        ("b1 has 3 entries, W1 has 4 columns", VE, "b1", _args(short_b1, _normal(9, (2, 3)))),
+        ("b2 has 1 entry, W2 has 2 columns", VE, "b2", _args(short_b2, _normal(9, (2, 3)))),
+        ("integer W1", TE, "W1", _args(int_W1, _normal(9, (2, 3)))),
+        ("integer X", TE, "X", _args(p, np.ones((2, 3), dtype=np.int64))),
     ]
-    return run_cases("mlp_forward", fn, ref.mlp_forward, cases, compare, invalid)
+    return run_cases("mlp_forward", fn, ref.mlp_forward, cases, compare, invalid, compare_with_inputs=True)
 
 
 # --- Lesson 6 --------------------------------------------------------------------------------------
@@ -181,15 +293,36 @@ def check_mse_loss_and_grad(fn: Callable[..., Any]) -> str:
 
     cases = [(f"Y_hat and Y of shape {(n, d)}", case(i, n, d)) for i, (n, d) in enumerate(shapes)]
     cases.append(("a perfect prediction (loss 0)", _args(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))))
+    cases.append(("float32 Y_hat, float64 Y (dY_hat keeps Y_hat's dtype)",
+                  _args(_normal(86, (5, 3)), _normal(87, (5, 3), np.float64))))
+    # Y = 0 makes the difference exact in any dtype, and (1 + 2**-12)**2 = 1 + 2**-11 + 2**-24 is exact in
+    # float64 but rounds in float32: a loss accumulated in float32 is off by about 6e-8 relative, one
+    # accumulated in float64 by at most 64 * 2**-53 (its sum has 64 terms).
+    signs = np.where(np.random.default_rng(88).random((16, 4)) < 0.5, -1.0, 1.0)
+    exact_case = "entries ±(1 + 2**-12), Y = 0 (squares exact only in float64)"
+    cases.append((exact_case, _args((signs * (1 + 2.0**-12)).astype(np.float32), np.zeros((16, 4), np.float32))))
 
     def compare(label: str, got: Any, expected: tuple[float, np.ndarray]) -> None:
         loss, grad = assert_tuple(label, "the result (loss, dY_hat)", got, 2)
-        assert_scalar(label, "loss", loss, expected[0], rtol=1e-5, atol=1e-7)
+        if type(loss) is not float:
+            raise CheckFailure(f"[{label}] loss must be a Python float, got {type(loss).__module__}.{type(loss).__name__}"
+                               " (convert with float(...))")
+        if label == exact_case:
+            try:
+                assert_scalar(label, "loss", loss, expected[0], rtol=1e-13, atol=0.0)
+            except CheckFailure as failure:
+                raise CheckFailure(f"{failure} — square and accumulate in float64") from None
+        else:
+            assert_scalar(label, "loss", loss, expected[0], rtol=1e-5, atol=1e-7)
         assert_array(label, "dY_hat", grad, expected[1])
 
     invalid = [
-        ("shapes (4, 3) and (4, 2)", BAD, "Y", _args(_normal(1, (4, 3)), _normal(2, (4, 2)))),
-        ("1-D Y_hat", BAD, "Y_hat", _args(_normal(1, (4,)), _normal(2, (4,)))),
+        ("shapes (4, 3) and (4, 2)", VE, "Y", _args(_normal(1, (4, 3)), _normal(2, (4, 2)))),
+        ("Y of shape (4, 1) for Y_hat (4, 3) (it would broadcast)", VE, "Y",
+         _args(_normal(1, (4, 3)), _normal(2, (4, 1)))),
+        ("1-D Y_hat", VE, "Y_hat", _args(_normal(1, (4,)), _normal(2, (4,)))),
+        ("integer Y", TE, "Y", _args(_normal(1, (4, 3)), np.ones((4, 3), dtype=np.int64))),
+        ("integer Y_hat", TE, "Y_hat", _args(np.ones((4, 3), dtype=np.int64), _normal(1, (4, 3)))),
     ]
     return run_cases("mse_loss_and_grad", fn, ref.mse_loss_and_grad, cases, compare, invalid)
 
@@ -197,12 +330,15 @@ def check_mse_loss_and_grad(fn: Callable[..., Any]) -> str:
 # --- Lesson 7 --------------------------------------------------------------------------------------
 def check_linear_backward(fn: Callable[..., Any]) -> str:
     """dX = dOut Wᵀ, dW = Xᵀ dOut, db = Σ dOut on rectangular and square shapes."""
-    shapes = [(4, 3, 2), (1, 5, 3), (3, 3, 3), (6, 1, 1), (2, 4, 4)]
+    shapes = [(4, 3, 2, np.float32), (1, 5, 3, np.float32), (3, 3, 3, np.float32), (6, 1, 1, np.float32),
+              (2, 4, 4, np.float32), (5, 4, 3, np.float64)]
 
-    def case(i: int, n: int, d_in: int, d_out: int) -> Callable[[], Args]:
-        return _args(_normal(90 + i, (n, d_out)), _normal(100 + i, (n, d_in)), _normal(110 + i, (d_in, d_out)))
+    def case(i: int, n: int, d_in: int, d_out: int, dtype: type) -> Callable[[], Args]:
+        return _args(_normal(90 + i, (n, d_out), dtype), _normal(100 + i, (n, d_in), dtype),
+                     _normal(110 + i, (d_in, d_out), dtype))
 
-    cases = [(f"batch={n}, d_in={a}, d_out={b}", case(i, n, a, b)) for i, (n, a, b) in enumerate(shapes)]
+    cases = [(f"batch={n}, d_in={a}, d_out={b}, {np.dtype(t).name}", case(i, n, a, b, t))
+             for i, (n, a, b, t) in enumerate(shapes)]
 
     def compare(label: str, got: Any, expected: tuple[np.ndarray, ...]) -> None:
         dX, dW, db = assert_tuple(label, "the result (dX, dW, db)", got, 3)
@@ -212,8 +348,12 @@ def check_linear_backward(fn: Callable[..., Any]) -> str:
 
     dOut, X, W = _normal(1, (4, 2)), _normal(2, (4, 3)), _normal(3, (3, 2))
     invalid = [
-        ("dOut has 5 rows, X has 4", BAD, "dOut", _args(_normal(4, (5, 2)), X, W)),
-        ("W is (2, 3), expected (3, 2)", BAD, "W", _args(dOut, X, W.T.copy())),
+        ("dOut has 5 rows, X has 4", VE, "dOut", _args(_normal(4, (5, 2)), X, W)),
+        ("W is (2, 3), expected (3, 2)", VE, "W", _args(dOut, X, W.T.copy())),
+        ("dOut is 1-D", VE, "dOut", _args(dOut[0], X[:1], W)),
+        ("X is 1-D", VE, "X", _args(dOut[:1], X[0], W)),
+        ("integer X (the contract's dtype is floating point)", BAD, "X",
+         _args(dOut, np.ones((4, 3), dtype=np.int64), W)),
     ]
     return run_cases("linear_backward", fn, ref.linear_backward, cases, compare, invalid)
 
@@ -225,21 +365,29 @@ def check_relu_backward(fn: Callable[..., Any]) -> str:
     dA = np.array([[5.0, 7.0, -1.0, 2.0], [-4.0, 6.0, -3.0, 9.0]], dtype=np.float32)
     z_rand = _normal(120, (6, 5))
     z_rand[z_rand < -0.8] = 0.0
+    nan_dA = np.array([[np.nan, np.nan, 1.0], [np.inf, -np.inf, np.nan]], dtype=np.float32)
+    nan_Z = np.array([[-1.0, 2.0, 0.0], [-3.0, 1.0, 0.0]], dtype=np.float32)
     cases = [
         ("hand-made Z with exact zeros", _args(dA, Z)),
         ("(6, 5) with many exact zeros", _args(_normal(121, (6, 5)), z_rand)),
         ("(1, 1), Z = 0", _args(np.array([[2.5]], np.float32), np.zeros((1, 1), np.float32))),
         ("(3, 4) float64, negative dA", _args(-np.abs(_normal(122, (3, 4), np.float64)), _normal(123, (3, 4), np.float64))),
+        ("NaN and ±inf in dA, closed and open gates (NaN * 0 stays NaN)", _args(nan_dA, nan_Z)),
+        ("float32 dA, float64 Z (dZ keeps dA's dtype)", _args(_normal(124, (4, 3)), _normal(125, (4, 3), np.float64))),
+        ("every gate open (dZ is still a new array)", _args(_normal(126, (3, 5)), np.abs(_normal(127, (3, 5))) + 0.5)),
     ]
 
-    def compare(label: str, got: Any, expected: np.ndarray) -> None:
+    def compare(label: str, got: Any, expected: np.ndarray, inputs: Args) -> None:
         assert_array(label, "dZ", got, expected, exact=True)
+        _assert_new_array(label, "dZ", got, dA=inputs[0][0], Z=inputs[0][1])
 
     invalid = [
-        ("dA (2, 3) and Z (3, 2)", BAD, "Z", _args(_normal(1, (2, 3)), _normal(2, (3, 2)))),
-        ("integer Z", BAD, "Z", _args(_normal(1, (2, 2)), np.zeros((2, 2), dtype=np.int64))),
+        ("dA (2, 3) and Z (3, 2)", VE, ("dA", "Z"), _args(_normal(1, (2, 3)), _normal(2, (3, 2)))),
+        ("dA (2, 3) and Z (1, 3) (they would broadcast)", VE, ("dA", "Z"), _args(_normal(1, (2, 3)), _normal(2, (1, 3)))),
+        ("integer Z", TE, "Z", _args(_normal(1, (2, 2)), np.zeros((2, 2), dtype=np.int64))),
+        ("boolean Z (a precomputed mask)", TE, "Z", _args(_normal(1, (2, 2)), np.ones((2, 2), dtype=bool))),
     ]
-    return run_cases("relu_backward", fn, ref.relu_backward, cases, compare, invalid)
+    return run_cases("relu_backward", fn, ref.relu_backward, cases, compare, invalid, compare_with_inputs=True)
 
 
 # --- Lesson 9 --------------------------------------------------------------------------------------
@@ -258,10 +406,33 @@ def check_first_linear_backward(fn: Callable[..., Any]) -> str:
         assert_array(label, "db", db, expected[1])
 
     invalid = [
-        ("dOut has 3 rows, X has 4", BAD, "X", _args(_normal(1, (3, 5)), _normal(2, (4, 2)))),
-        ("X is 1-D", BAD, "X", _args(_normal(1, (4, 5)), _normal(2, (4,)))),
+        ("dOut has 3 rows, X has 4", VE, ("dOut", "X"), _args(_normal(1, (3, 5)), _normal(2, (4, 2)))),
+        ("X is 1-D", VE, "X", _args(_normal(1, (4, 5)), _normal(2, (4,)))),
+        ("dOut is 1-D", VE, "dOut", _args(_normal(1, (4,)), _normal(2, (4, 2)))),
+        ("integer X", TE, "X", _args(_normal(1, (4, 5)), np.ones((4, 2), dtype=np.int64))),
+        ("integer dOut", TE, "dOut", _args(np.ones((4, 5), dtype=np.int64), _normal(2, (4, 2)))),
+        ("X as a Python list", TE, "X", _args(_normal(1, (2, 5)), [[1.0, 2.0], [3.0, 4.0]])),
     ]
-    return run_cases("first_linear_backward", fn, ref.first_linear_backward, cases, compare, invalid)
+    count = run_cases("first_linear_backward", fn, ref.first_linear_backward, cases, compare, invalid, count_only=True)
+    _check_no_dx(fn)
+    return passed("first_linear_backward", count + 1)
+
+
+def _check_no_dx(fn: Callable[..., Any]) -> None:
+    """The peak must not hold a (batch, d_in) array: dX is neither returned nor computed."""
+    n, d_in, d_hidden = 8192, 256, 4  # X is 8 MiB in float32; dW and db together are 4 KiB
+    X, dOut = _normal(190, (n, d_in)), _normal(191, (n, d_hidden))
+    label = f"memory: batch={n}, d_in={d_in}, d_hidden={d_hidden} (X is {X.nbytes >> 20} MiB)"
+    with quiet():
+        _, reference = peak_memory_bytes(ref.first_linear_backward, dOut, X)
+        _, student = peak_of_call(fn, label, dOut, X)
+    # The reference holds dW and db (about 5 KiB). Twice that plus 1 MiB of slack (allocator and the OS
+    # measurement in the sandbox) is still far below the 8 MiB a (batch, d_in) array such as dX needs.
+    limit = 2 * reference + 2**20
+    if student > limit:
+        raise CheckFailure(f"[{label}] peak memory {student / 2**20:.2f} MiB, expected at most {limit / 2**20:.2f} MiB "
+                           f"(the reference needs {reference / 2**10:.0f} KiB): an array as large as X "
+                           f"({X.nbytes / 2**20:.0f} MiB) was allocated — do not compute dX, and do not copy X")
 
 
 # --- Lesson 10 -------------------------------------------------------------------------------------
@@ -287,8 +458,25 @@ def check_mlp_backward(fn: Callable[..., Any]) -> str:
 
     p = _params(3, 4, 2, 7)
     _, cache = ref.mlp_forward(p, _normal(8, (5, 3)))
+    short_b1 = {**p, "b1": p["b1"][:3].copy()}
+    short_b2 = {**p, "b2": np.concatenate([p["b2"], p["b2"]])}
+    int_W2 = {**p, "W2": np.ones((4, 2), dtype=np.int64)}
+    _, small = ref.mlp_forward(p, _normal(8, (4, 3)))
+    mixed_cache = {"X": cache["X"], "Z1": small["Z1"], "A1": small["A1"]}  # Z1, A1 of another batch of 4
     invalid = [
-        ("dY_hat has 4 rows, the cache 5", BAD, "dY_hat", _args(p, cache, _normal(9, (4, 2)))),
-        ("cache without 'Z1'", BAD, "Z1", _args(p, {k: v for k, v in cache.items() if k != "Z1"}, _normal(9, (5, 2)))),
+        ("dY_hat has 4 rows, the cache 5", VE, "dY_hat", _args(p, cache, _normal(9, (4, 2)))),
+        ("cache without 'Z1'", VE, "Z1", _args(p, {k: v for k, v in cache.items() if k != "Z1"}, _normal(9, (5, 2)))),
+        ("b1 has 3 entries for 4 hidden units", VE, "b1", _args(short_b1, cache, _normal(9, (5, 2)))),
+        ("b2 has 4 entries for 2 outputs", VE, "b2", _args(short_b2, cache, _normal(9, (5, 2)))),
+        ("integer dY_hat", TE, "dY_hat", _args(p, cache, np.ones((5, 2), dtype=np.int64))),
+        ("integer W2", TE, "W2", _args(int_W2, cache, _normal(9, (5, 2)))),
     ]
-    return run_cases("mlp_backward", fn, ref.mlp_backward, cases, compare, invalid)
+    count = run_cases("mlp_backward", fn, ref.mlp_backward, cases, compare, invalid, count_only=True)
+    with quiet():
+        # The contract asks for an error naming dY_hat; the reference reports the same mismatch from
+        # inside linear_backward, as 'dOut'. Either is accepted; NumPy's anonymous matmul error is not.
+        expect_raises_naming_any(fn, "dY_hat has 3 columns, W2 has 2", VE, ("dY_hat", "dOut"),
+                                 *_args(p, cache, _normal(9, (5, 3)))()[0])
+        expect_raises_naming_any(fn, "cache['X'] has 5 rows, cache['Z1'] and cache['A1'] 4, dY_hat 5", VE,
+                                 ("dY_hat", "X", "Z1", "A1", "cache"), *_args(p, mixed_cache, _normal(9, (5, 2)))()[0])
+    return passed("mlp_backward", count + 2)
