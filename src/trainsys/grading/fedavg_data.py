@@ -27,6 +27,7 @@ from trainsys.grading._torch_harness import (
     row_index,
     rows_to_indices,
     run_torch_cases,
+    shares_memory,
 )
 
 __all__ = [
@@ -54,6 +55,10 @@ def check_build_mlp_classifier(fn: Callable[..., Any]) -> str:
     def compare(label: str, got: Any, expected: torch.nn.Module) -> None:
         if not isinstance(got, torch.nn.Module):
             raise CheckFailure(f"[{label}] must return a torch.nn.Module, got {type(got).__name__}")
+        modes = [m.training for m in got.modules()]
+        if not all(modes):
+            raise CheckFailure(f"[{label}] the model must come back in training mode, as nn.Sequential builds it; "
+                               f"{modes.count(False)} of its modules are in eval mode")
         got_keys, want_keys = list(got.state_dict()), list(expected.state_dict())
         if got_keys != want_keys:
             raise CheckFailure(f"[{label}] state-dict keys are {got_keys}, expected {want_keys} "
@@ -70,6 +75,11 @@ def check_build_mlp_classifier(fn: Callable[..., Any]) -> str:
         ("n_classes = 1", BAD, "n_classes", fixed(3, 4, 1, 0)),
         ("d_hidden = 2.5", BAD, "d_hidden", fixed(3, 2.5, 3, 0)),
         ("seed = -1", BAD, "seed", fixed(3, 4, 3, -1)),
+        ("d_hidden = 0", BAD, "d_hidden", fixed(3, 0, 3, 0)),
+        ("seed = 2**63 (above 2**63 - 1)", BAD, "seed", fixed(3, 4, 3, 2**63)),
+        ("seed = True (a bool is not an integer here)", BAD, "seed", fixed(3, 4, 3, True)),
+        ("batch_norm = 1 (not a bool)", BAD, "batch_norm", fixed(3, 4, 3, 0, batch_norm=1)),
+        ("d_in = 4.0 (a float, not an integer)", BAD, "d_in", fixed(4.0, 4, 3, 0)),
     ]
     return run_torch_cases("build_mlp_classifier", fn, ref_model.build_mlp_classifier, cases, compare, invalid)
 
@@ -92,6 +102,8 @@ def check_build_synthetic_dataset(fn: Callable[..., Any]) -> str:
         ("n_classes = 1", BAD, "n_classes", fixed(10, 3, 1, 0)),
         ("d_in = -1", BAD, "d_in", fixed(10, -1, 3, 0)),
         ("seed = '0'", BAD, "seed", fixed(10, 3, 3, "0")),
+        ("seed = 2**63 (above 2**63 - 1)", BAD, "seed", fixed(10, 3, 3, 2**63)),
+        ("n = True (a bool is not an integer here)", BAD, "n", fixed(True, 3, 3, 0)),
     ]
     return run_torch_cases("build_synthetic_dataset", fn, ref_data.build_synthetic_dataset, cases, compare, invalid)
 
@@ -113,6 +125,17 @@ def check_train_test_split_dataset(fn: Callable[..., Any]) -> str:
         for what, part in (("train", train), ("test", test)):
             if not isinstance(part, ref_data.LabelledDataset):
                 raise CheckFailure(f"[{label}] {what} must be a LabelledDataset, got {type(part).__name__}")
+            for field in ("features", "labels"):
+                mine = getattr(part, field)
+                others = [(f"the input's {field}", getattr(data, field))]
+                if what == "test":
+                    others.append((f"train.{field}", getattr(train, field)))
+                for name, other in others:
+                    if isinstance(mine, torch.Tensor) and isinstance(other, torch.Tensor) \
+                            and shares_memory(mine, other):
+                        raise CheckFailure(f"[{label}] {what}.{field} shares storage with {name}: both parts "
+                                           "must be new tensors (gather with an index tensor, e.g. X[idx], "
+                                           "never a slice X[a:b], which is a view)")
             assert_equal(label, f"{what}.n_classes", part.n_classes, data.n_classes)
             idx = rows_to_indices(label, what, lookup, part.features)
             assert_tensor(label, f"{what}.labels", part.labels, data.labels[idx], exact=True)
@@ -132,6 +155,14 @@ def check_train_test_split_dataset(fn: Callable[..., Any]) -> str:
         if have != want:
             raise CheckFailure(f"[{label}] test examples per class are {have}, expected {want} "
                                "(stratified: round(test_fraction * n_c) of each class, halves up)")
+        want_test = parts(label, expected, data)[1]
+        if test != want_test:
+            first = next(i for i, (a, b) in enumerate(zip(test + [None] * len(want_test), want_test)) if a != b)
+            raise CheckFailure(f"[{label}] the test set is not the contract's draw: sorted test indices differ "
+                               f"first at position {first} (got {test[first:first + 5]}, expected "
+                               f"{want_test[first:first + 5]}); use one g = torch.Generator().manual_seed(seed) "
+                               "for all classes in ascending class order, permute each class's ascending indices "
+                               "with torch.randperm(n_c, generator=g), and send the first t_c to the test set")
         again = parts(label, guarded(fn, label, copy.deepcopy(data), fraction, seed), data)
         if again != (train, test):
             raise CheckFailure(f"[{label}] the same seed must give the same split")
@@ -140,8 +171,17 @@ def check_train_test_split_dataset(fn: Callable[..., Any]) -> str:
             raise CheckFailure(f"[{label}] seed {seed + 100} gives the same test set as seed {seed}: "
                                "the split must be random, drawn from the seed")
 
+    one_test = dataset(4, 3, 2, 6)  # labels 0, 0, 0, 1: t = (1, 0), so the test part is one example
+    one_test = ref_data.LabelledDataset(one_test.features, torch.tensor([0, 0, 0, 1]), 2)
+    setups.append((one_test, 0.3, 7))
+    cases.append(("4 examples, test part of one example (a one-row slice would be a view)",
+                  fixed(one_test, 0.3, 7)))
     d = dataset(20)
+    small = dataset(10, 3, 3, 8)  # every class has at most 9 examples: f = 0.95 sends all of them to test
     invalid = [
+        ("test_fraction = NaN", BAD, "test_fraction", fixed(d, float("nan"), 0)),
+        ("test_fraction = 0.95 on 10 examples leaves the training part empty", BAD, "test_fraction",
+         fixed(small, 0.95, 0)),
         ("test_fraction = 0", BAD, "test_fraction", fixed(d, 0.0, 0)),
         ("test_fraction = 1", BAD, "test_fraction", fixed(d, 1.0, 0)),
         ("test_fraction = 1.5", BAD, "test_fraction", fixed(d, 1.5, 0)),
