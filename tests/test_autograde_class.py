@@ -147,3 +147,14 @@ def test_bad_arguments_are_refused_with_a_clear_message(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "trainsys.autograde", "--course", str(tmp_path)],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "has no submitted/ folder" in run.stderr
+
+
+def test_no_sandbox_warns_and_marks_every_grade(tmp_path: Path) -> None:
+    roster = [s for s in students() if s.name == "solved"]
+    course = make_course(tmp_path / "unsandboxed")
+    submit_class(course, roster)
+    run = _grade(course, "--no-feedback", "--no-sandbox")
+    assert "WARNING: --no-sandbox" in run.stderr
+    with (course / "reports" / "summary.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(row["student"], row["sandbox"], float(row["score"])) for row in rows] == [("solved", "unsandboxed", 15.0)]
