@@ -39,7 +39,7 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 
 
 # Execute with short reply polls: a notebook that displays widgets must never sit idle for its whole
-# timeout because nbclient missed a reply (shared/TOOLING.md; trainsys.execution).
+# timeout because nbclient missed a reply (measured; see trainsys.execution).
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties,

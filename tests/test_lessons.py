@@ -1,6 +1,6 @@
 """The lesson linter: every source notebook has the course's anatomy and is wired into the book.
 
-Checks, per notebook in ``solutions/``: the seven sections of DESIGN.md in order, a display equation,
+Checks, per notebook in ``solutions/``: the seven sections of a lesson in order, a display equation,
 exactly one graded answer cell with one solution region, visible tests, exactly one hidden-test cell
 that calls ``trainsys.grading``, 5 points in all, unique nbgrader ids; and across the course: every
 notebook appears in ``_toc.yml``, every ``_toc.yml`` entry exists, and no paragraph of prose is shared

@@ -1,6 +1,6 @@
 """Module 1, Part 4 reference implementations against independent oracles.
 
-Oracles: float16's limits as NumPy and FACTS.md state them, NumPy's and torch's own casts,
+Oracles: float16's limits as NumPy and IEEE 754 state them, NumPy's and torch's own casts,
 ``torch.amp.GradScaler`` driven on the same sequence of clean and overflowing steps, and a float32
 training run. Test names carry the lesson number, so a failure names its lesson.
 """

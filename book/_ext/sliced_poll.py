@@ -1,7 +1,7 @@
 """Sphinx extension: execute the book's notebooks with trainsys.execution's sliced reply polling.
 
 Without it, a notebook that displays widgets can sit idle for the whole execution timeout now and
-then (shared/TOOLING.md). Loaded before myst-nb executes anything, in the same process.
+then (measured: see trainsys.execution). Loaded before myst-nb executes anything, in the same process.
 """
 
 from trainsys.execution import install

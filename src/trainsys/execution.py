@@ -1,6 +1,6 @@
 """Executing notebooks without the widget-reply stall.
 
-Measured here (shared/TOOLING.md): nbclient's async client now and then misses the wake-up for an
+Measured on the course's 2-core test machines: nbclient's async client now and then misses the wake-up for an
 ``execute_reply`` that has already arrived when a cell displays ipywidgets, and then sits idle for the
 whole execution timeout before carrying on with complete outputs. Waiting for the reply in short
 slices (0.2 s) instead of one long poll removed the stall (0 in 128 runs vs about 5 in 108).

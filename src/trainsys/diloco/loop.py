@@ -12,7 +12,7 @@ Each worker keeps its own AdamW state from round to round (never averaged, never
 baseline spends the same compute — ``K`` workers, ``T · H`` steps each, one minibatch per worker per
 step — but all-reduces the gradients after **every** step and applies one AdamW to their mean.
 
-Both trainers return a *run record* (DESIGN.md): the validated config, every seed, per-round
+Both trainers return a *run record*: the validated config, every seed, per-round
 metrics, wall time and the bytes communicated, counted from the arrays the workers hand to the
 all-reduce (one parameter-sized tree per worker per communication). Bytes per inner step differ by
 exactly ``H`` by construction; the records show what that costs in held-out quality.

@@ -10,7 +10,7 @@ One communication round ``t`` (McMahan et al. 2017, Algorithm 1 with its erratum
 
 Communication per round: the server sends the state dict to each of the ``m`` clients and receives
 one back from each — ``m · S`` bytes down and ``m · S`` up, ``S`` the state dict's bytes.
-``run_fedavg`` returns a **run record** (DESIGN.md): the validated config, every seed, per-round
+``run_fedavg`` returns a **run record**: the validated config, every seed, per-round
 metrics, wall time and bytes communicated.
 """
 

@@ -12,7 +12,7 @@ config and composed in the order a real trainer composes them:
 Each worker's gradient is the sum over its examples, scaled by ``N / batch`` before the exchange, so
 the mean over workers is the batch's mean gradient for any shard sizes. With float32 compute every
 configuration follows the plain single-worker baseline to float rounding; float16 compute follows it
-within float16's resolution. :func:`train` returns a run record (DESIGN.md): the validated config, the
+within float16's resolution. :func:`train` returns a run record: the validated config, the
 seed, per-step losses, bytes communicated, the per-worker memory report and the measured peak of the
 first step (of the whole simulation: every worker lives in this one process).
 """
