@@ -1,9 +1,10 @@
 """Checks behind the hidden tests of Module 3, Parts 1–2 (lessons 1–6: model, data, partitions).
 
 Deterministic constructions (the model, the dataset) must equal the reference bit for bit, since
-their draw order is the contract. Random splits and partitions are checked by their properties —
+their draw order is the contract. Random splits and partitions are checked first by their properties —
 disjoint, covering, sizes, stratification or shard structure, the same result for the same seed and
-a different one for another seed — so any correct use of the seed passes.
+a different one for another seed — for messages a student can act on, then against the reference's
+draw, since each lesson's contract spells out which generator is called, in which order.
 """
 
 from __future__ import annotations
@@ -215,6 +216,15 @@ def _as_partition(label: str, got: Any, num_clients: int, n: int) -> list[list[i
     return out
 
 
+def _same_draw(label: str, parts: list[list[int]], expected: list, rule: str) -> None:
+    """The contract fixes the draw, so the clients must be the reference's, client by client."""
+    want = [p.tolist() for p in expected]
+    for k, (mine, theirs) in enumerate(zip(parts, want)):
+        if mine != theirs:
+            raise CheckFailure(f"[{label}] client {k} holds {mine[:8]}{'...' if len(mine) > 8 else ''}, the contract's "
+                               f"draw gives it {theirs[:8]}{'...' if len(theirs) > 8 else ''} ({rule})")
+
+
 def _seeded(label: str, fn: Callable[..., Any], args: tuple, seed_at: int, first: list, n: int, k: int) -> None:
     """Same seed → same partition; another seed → another one."""
     again = _as_partition(label, guarded(fn, label, *copy.deepcopy(args)), k, n)
@@ -243,6 +253,8 @@ def check_partition_data_iid(fn: Callable[..., Any]) -> str:
         contiguous = [list(range(sum(want[:i]), sum(want[:i + 1]))) for i in range(k)]
         if k > 1 and len(data) >= 10 and parts == contiguous:
             raise CheckFailure(f"[{label}] the clients hold consecutive blocks: shuffle before cutting")
+        _same_draw(label, parts, expected, "perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)), "
+                   "cut into consecutive pieces of the sizes above with torch.split, each piece sorted")
         _seeded(label, fn, (data, k, seed), 2, parts, len(data), k)
 
     d = dataset(6)
@@ -251,6 +263,8 @@ def check_partition_data_iid(fn: Callable[..., Any]) -> str:
         ("num_clients = 7 > 6 examples", BAD, "num_clients", fixed(d, 7, 0)),
         ("num_clients = 2.0", BAD, "num_clients", fixed(d, 2.0, 0)),
         ("seed = -3", BAD, "seed", fixed(d, 2, -3)),
+        ("num_clients = True (a bool is not an integer here)", BAD, "num_clients", fixed(d, True, 0)),
+        ("dataset is a list of 6 numbers, not a LabelledDataset", BAD, "dataset", fixed(list(range(6)), 2, 0)),
     ]
     return run_torch_cases("partition_data_iid", fn, ref_part.partition_data_iid, cases, compare, invalid,
                            compare_with_inputs=True)
@@ -274,13 +288,20 @@ def check_partition_data_non_iid(fn: Callable[..., Any]) -> str:
             if len(mine) != s or sorted(idx) != sorted(i for j in mine for i in shards[j]):
                 raise CheckFailure(f"[{label}] client {c} does not hold exactly {s} whole shards of the "
                                    "label-sorted order (sort by label, stable, then cut into K*s shards)")
+        _same_draw(label, parts, expected, "deal = torch.randperm(K*s, generator=torch.Generator().manual_seed(seed)); "
+                   "client k gets shards deal[k*s : (k+1)*s]")
         _seeded(label, fn, (data, k, s, seed), 3, parts, len(data), k)
 
     count = run_torch_cases("partition_data_non_iid", fn, ref_part.partition_data_non_iid, cases, compare,
                             compare_with_inputs=True, count_only=True)
     big = dataset(400, 4, 4, 11)
+    retry = dataset(60, 3, 3, 11)  # seed 5, alpha 0.2, 6 clients: the first 3 draws leave a client empty
     dirichlet = [("Dirichlet alpha=1000 (close to IID)", fixed(big, 4, 2, 5, alpha=1000.0)),
-                 ("Dirichlet alpha=0.1 (strong skew)", fixed(big, 4, 2, 6, alpha=0.1))]
+                 ("Dirichlet alpha=0.1 (strong skew)", fixed(big, 4, 2, 6, alpha=0.1)),
+                 ("Dirichlet alpha=2, shards_per_client=500 (K*s > n, but s is ignored when alpha is given)",
+                  fixed(big, 4, 500, 7, alpha=2.0)),
+                 ("Dirichlet alpha=0.2, 6 clients on 60 examples (the first 3 draws leave a client empty)",
+                  fixed(retry, 6, 2, 5, alpha=0.2))]
 
     def compare_dirichlet(label: str, got: Any, expected: list, inputs: Any) -> None:
         data, k, s, seed = inputs[0]
@@ -296,9 +317,9 @@ def check_partition_data_non_iid(fn: Callable[..., Any]) -> str:
         if alpha < 1 and float(shares.max(dim=1).values.mean()) < 0.6:
             raise CheckFailure(f"[{label}] clients' largest label share averages "
                                f"{float(shares.max(dim=1).values.mean()):.2f}; alpha=0.1 must concentrate labels")
-        again = _as_partition(label, guarded(fn, label, copy.deepcopy(data), k, s, seed, alpha=alpha), k, len(data))
-        if again != parts:
-            raise CheckFailure(f"[{label}] the same seed must give the same partition")
+        _same_draw(label, parts, expected, "rng = np.random.default_rng(seed) made once; for each class c ascending: "
+                   "rng.permutation of its indices, then rng.dirichlet(alpha * ones(K)), cut at "
+                   "floor(n_c * cumsum(p)[:-1]); the whole draw repeated with the same rng while a client is empty")
 
     count += run_torch_cases("partition_data_non_iid", fn, ref_part.partition_data_non_iid, dirichlet,
                                       compare_dirichlet, compare_with_inputs=True, count_only=True)
@@ -309,6 +330,9 @@ def check_partition_data_non_iid(fn: Callable[..., Any]) -> str:
         ("shards_per_client = 0", BAD, "shards_per_client", fixed(d, 3, 0, 0)),
         ("alpha = 0", BAD, "alpha", fixed(d, 3, 2, 0, alpha=0.0)),
         ("alpha = -1", BAD, "alpha", fixed(d, 3, 2, 0, alpha=-1.0)),
+        ("alpha = inf", BAD, "alpha", fixed(d, 3, 2, 0, alpha=float("inf"))),
+        ("alpha = inf, one client", BAD, "alpha", fixed(d, 1, 2, 0, alpha=float("inf"))),
+        ("alpha = True (a bool is not a real number here)", BAD, "alpha", fixed(d, 3, 2, 0, alpha=True)),
     ]
     count += run_torch_cases("partition_data_non_iid", fn, ref_part.partition_data_non_iid, [], None, invalid,
                              count_only=True)
@@ -325,14 +349,31 @@ def check_count_client_samples(fn: Callable[..., Any]) -> str:
         ("one client", ref_part.partition_data_iid(d3, 1, 2), d3),
         ("shards, 10 clients, 4 classes", ref_part.partition_data_non_iid(d3, 10, 2, 3), d3),
     ]
+    setups.append(("a tuple of 3 clients (a list or a tuple is accepted)",
+                   tuple(ref_part.partition_data_iid(d1, 3, 4)), d1))
     cases = [(label, fixed(p, d)) for label, p, d in setups]
 
     def compare(label: str, got: Any, expected: torch.Tensor) -> None:
         assert_tensor(label, "the counts", got, expected, exact=True)
 
+    ok0, ok2 = torch.tensor([0, 5, 7]), torch.tensor([3, 4])
+
+    def bad_client(bad: torch.Tensor) -> Callable[[], Any]:
+        """Client 1 is the bad one: the message must name partition[1], not just partition."""
+        return fixed([ok0, bad, ok2], d3)
+
     invalid = [
         ("partition = []", BAD, "partition", fixed([], d3)),
         ("an index out of range", BAD, "partition", fixed([torch.tensor([0, 1, 99])], d3)),
         ("partition of float tensors", BAD, "partition", fixed([torch.tensor([0.0, 1.0])], d3)),
+        ("partition[1] is int32, not int64", BAD, "partition[1]", bad_client(torch.tensor([1, 2], dtype=torch.int32))),
+        ("partition[1] repeats index 2", BAD, "partition[1]", bad_client(torch.tensor([1, 2, 2]))),
+        ("partition[1] is an empty tensor", BAD, "partition[1]", bad_client(torch.tensor([], dtype=torch.int64))),
+        ("partition[1] holds the negative index -1", BAD, "partition[1]", bad_client(torch.tensor([1, -1]))),
+        ("partition[1] is 2-D, shape (2, 1)", BAD, "partition[1]", bad_client(torch.tensor([[1], [2]]))),
+        ("partition[1] out of range (index 20 of 20 examples)", BAD, "partition[1]", bad_client(torch.tensor([1, 20]))),
+        ("partition is a dict, not a list or tuple", BAD, "partition", fixed({0: ok0}, d3)),
+        ("dataset is a (features, labels) tuple, not a LabelledDataset", BAD, "dataset",
+         fixed([ok0], (d3.features, d3.labels))),
     ]
     return run_torch_cases("count_client_samples", fn, ref_part.count_client_samples, cases, compare, invalid)
