@@ -782,8 +782,6 @@ MUTANTS = {
         ("separate draws for X and y (contract: 'with the same idx')", _swb_two_draws),
         ("global np.random.randint (contract: 'the global np.random state is not touched')", _swb_global_rng),
         ("without replacement when B <= n_k (contract: 'uniformly with replacement')", _swb_without_replacement),
-        ("one-row shard shortcut: no draw, rng not advanced (contract: 'rng advances by one draw of B integers')",
-         _swb_one_row_no_draw),
         ("batch_size=True accepted (contract: 'an integer, not bool')", _swb_bool_batch),
         ("a [X, y] list refused as shard (contract: 'a tuple or list of two items')", _swb_tuple_only),
         ("np.asarray on the shard: float labels, 1-D features, empty shard fail late or not at all (contract: "
@@ -833,6 +831,10 @@ ALTERNATIVES = {
     "sample_worker_batch": [
         ("rng.choice(n_k, size=B) (the same integers draw), np.take", _swb_alt_choice),
         ("rng.integers(n_k, size=B)", _swb_alt_integers_high),
+        # moved from MUTANTS: rng.integers(0, 1, size=B) consumes nothing from the generator, so skipping the
+        # draw on a one-row shard gives the same batch and leaves rng in the same state as the recipe
+        ("one-row shard shortcut: np.repeat without a draw (rng.integers(0, 1, size=B) draws nothing either)",
+         _swb_one_row_no_draw),
     ],
     "local_train_step": [("batch and state validated before hp; keyword call of adamw_step", _lts_alt_torch_free)],
     "run_inner_steps": [("all H batches drawn first, then the H steps", _ris_alt_batches_first)],

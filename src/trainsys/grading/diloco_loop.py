@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,6 +34,8 @@ from trainsys.grading._harness import (
     assert_array_dict,
     assert_scalar,
     assert_tuple,
+    passed,
+    quiet,
     rng_for,
     run_cases,
 )
@@ -72,6 +75,54 @@ def _trained_state(params: dict, shard: tuple, steps: int, seed: int) -> dict:
     return state
 
 
+def _deep_unchanged(label: str, what: str, before: Any, after: Any) -> None:
+    """Like the harness's ``assert_unchanged``, but also into lists, tuples, dict key sets and plain values
+    (a list whose entries were replaced, a dict given new keys, a step counter bumped in place)."""
+    def fail(detail: str) -> None:
+        raise CheckFailure(f"[{label}] the function modified its input {what} in place ({detail}); "
+                           "it must leave its inputs unchanged and return new objects")
+
+    if isinstance(before, np.random.Generator):
+        return
+    if isinstance(before, Mapping):
+        if not isinstance(after, Mapping) or set(before) != set(after):
+            fail(f"its keys changed from {sorted(map(str, before))} to "
+                 f"{sorted(map(str, after)) if isinstance(after, Mapping) else type(after).__name__}")
+        for key in before:
+            _deep_unchanged(label, f"{what}[{key!r}]", before[key], after[key])
+    elif isinstance(before, (list, tuple)):
+        if not isinstance(after, (list, tuple)) or len(before) != len(after):
+            fail("its length changed")
+        for i, (b, a) in enumerate(zip(before, after)):
+            _deep_unchanged(label, f"{what}[{i}]", b, a)
+    elif isinstance(before, np.ndarray):
+        if not isinstance(after, np.ndarray) or before.dtype != after.dtype \
+                or not np.array_equal(before, after, equal_nan=True):
+            fail("its values changed")
+    elif isinstance(before, (bool, int, float, str, type(None), np.generic)):
+        if type(before) is not type(after) or (before != after and before == before):
+            fail(f"{before!r} became {after!r}")
+
+
+def _rng_after(reference: Callable[..., Any], index: int) -> Callable[..., Any]:
+    """The reference, also returning the state of its generator argument ``args[index]`` after the call."""
+    def run(*args: Any, **kwargs: Any) -> tuple[Any, dict]:
+        return reference(*args, **kwargs), copy.deepcopy(args[index].bit_generator.state)
+    return run
+
+
+def _check_rng(label: str, rng: Any, expected_state: dict, rule: str) -> None:
+    if not isinstance(rng, np.random.Generator) or rng.bit_generator.state != expected_state:
+        raise CheckFailure(f"[{label}] the caller's rng must be advanced by exactly {rule}; its state after the call "
+                           "differs from the reference's (a draw skipped or added, or drawn from a copy of rng)")
+
+
+def _exact_type(label: str, what: str, got: Any, kind: type) -> None:
+    if type(got) is not kind:
+        raise CheckFailure(f"[{label}] {what} must be a Python {kind.__name__}, got {type(got).__name__} {got!r} "
+                           f"(convert with {kind.__name__}(...))")
+
+
 def _shards_compare(label: str, got: Any, expected: list) -> None:
     if not isinstance(got, list) or len(got) != len(expected):
         raise CheckFailure(f"[{label}] must return a list of {len(expected)} (X_k, y_k) shards, got "
@@ -94,31 +145,59 @@ def check_iid_shard_dataset(fn: Callable[..., Any]) -> str:
         return lambda: ((*_data(n, 3, 3, 300 + i), k, rng_for(i, 301)), {})
 
     cases = [(f"n={n}, num_workers={k}", case(i, n, k)) for i, (n, k) in enumerate(sizes)]
+    cases.append(("float64 X, int32 y (the shards keep both dtypes)", lambda: (
+        (lambda X, y: (X.astype(np.float64), y.astype(np.int32), 3, rng_for(7, 301)))(*_data(11, 3, 3, 307)), {})))
+
+    def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
+        _shards_compare(label, got, expected[0])
+        _check_rng(label, inputs[0][3], expected[1], "one rng.permutation(n), even for one worker")
 
     X, y = _data(6, 3, 3, 1)
     invalid = [("num_workers = 0", BAD, "num_workers", _args(X, y, 0, rng_for(0, 1))),
                ("num_workers = 7 > 6 examples", BAD, "num_workers", _args(X, y, 7, rng_for(0, 1))),
+               ("num_workers = True", BAD, "num_workers", _args(X, y, True, rng_for(0, 1))),
                ("y with 5 labels for 6 rows", BAD, "y", _args(X, y[:5], 2, rng_for(0, 1))),
                ("rng = 3", BAD, "rng", _args(X, y, 2, 3))]
-    return run_cases("iid_shard_dataset", fn, ref_shard.iid_shard_dataset, cases, _shards_compare, invalid)
+    invalid += _dataset_invalid(X, y, lambda X_, y_: (X_, y_, 2, rng_for(0, 1)))
+    return run_cases("iid_shard_dataset", fn, _rng_after(ref_shard.iid_shard_dataset, 3), cases, compare, invalid,
+                     mutable=(3,), compare_with_inputs=True, unchanged=_deep_unchanged)
+
+
+def _dataset_invalid(X: np.ndarray, y: np.ndarray, args: Callable[..., tuple]) -> list:
+    """X and y of the wrong type or rank, each named (what np.asarray would silently convert)."""
+    return [("integer X", BAD, "X", _args(*args(X.astype(np.int64), y))),
+            ("1-D X", BAD, "X", _args(*args(X[:, 0].copy(), y))),
+            ("float labels y", BAD, "y", _args(*args(X, y.astype(np.float64)))),
+            ("2-D labels y of shape (n, 1)", BAD, "y", _args(*args(X, y[:, None].copy())))]
 
 
 # --- Lesson 17 -------------------------------------------------------------------------------------
 def check_noniid_shard_dataset(fn: Callable[..., Any]) -> str:
     """Dirichlet label skew per class, floor cuts of the cumulative shares, redraws until no shard is empty."""
-    configs = [(60, 3, 4, 0.1), (60, 3, 4, 100.0), (40, 5, 2, 1.0), (30, 3, 1, 0.5), (50, 4, 5, 0.3), (24, 2, 3, 0.05)]
+    # the last config needs 75 deals (more than 10, fewer than the contract's 100) before no worker is empty
+    configs = [(60, 3, 4, 0.1), (60, 3, 4, 100.0), (40, 5, 2, 1.0), (30, 3, 1, 0.5), (50, 4, 5, 0.3), (24, 2, 3, 0.05),
+               (30, 2, 6, 0.05)]
 
     def case(i: int, n: int, C: int, k: int, alpha: float) -> Callable[[], Args]:
         return lambda: ((*_data(n, 3, C, 310 + i), k, rng_for(i, 311), alpha), {})
 
     cases = [(f"n={n}, {C} classes, num_workers={k}, alpha={a}", case(i, n, C, k, a))
              for i, (n, C, k, a) in enumerate(configs)]
+    cases[-1] = (cases[-1][0] + " (75 deals before none is empty)", cases[-1][1])
+
+    def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
+        _shards_compare(label, got, expected[0])
+        _check_rng(label, inputs[0][3], expected[1], "2C draws per deal (a permutation and a Dirichlet per class), "
+                   "even for one worker")
+
     X, y = _data(12, 3, 3, 2)
     invalid = [("alpha = 0", BAD, "alpha", _args(X, y, 2, rng_for(0, 1), 0.0)),
                ("alpha = -1", BAD, "alpha", _args(X, y, 2, rng_for(0, 1), -1.0)),
+               ("alpha = True", BAD, "alpha", _args(X, y, 2, rng_for(0, 1), True)),
                ("num_workers = 0", BAD, "num_workers", _args(X, y, 0, rng_for(0, 1), 0.5)),
                ("num_workers = 13 > 12 examples", BAD, "num_workers", _args(X, y, 13, rng_for(0, 1), 0.5))]
-    return run_cases("noniid_shard_dataset", fn, ref_shard.noniid_shard_dataset, cases, _shards_compare, invalid)
+    return run_cases("noniid_shard_dataset", fn, _rng_after(ref_shard.noniid_shard_dataset, 3), cases, compare,
+                     invalid, mutable=(3,), compare_with_inputs=True, unchanged=_deep_unchanged)
 
 
 # --- Lesson 18 -------------------------------------------------------------------------------------
@@ -129,17 +208,28 @@ def check_sample_worker_batch(fn: Callable[..., Any]) -> str:
 
     sizes = [(10, 4), (3, 8), (1, 1), (50, 50)]
     cases = [(f"shard of {n}, batch_size={b}", case(i, n, b)) for i, (n, b) in enumerate(sizes)]
+    cases += [("the shard as a list [X_k, y_k]", lambda: ((list(_data(9, 4, 3, 325)), 5, rng_for(5, 321)), {})),
+              ("float64 X_k, int32 y_k (the batch keeps both dtypes)", lambda: (
+                  (lambda X, y: ((X.astype(np.float64), y.astype(np.int32)), 6, rng_for(6, 321)))(*_data(8, 4, 3, 326)),
+                  {}))]
 
-    def compare(label: str, got: Any, expected: tuple) -> None:
+    def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
         X_b, y_b = assert_tuple(label, "the batch (X_b, y_b)", got, 2)
-        assert_array(label, "X_b", X_b, expected[0], exact=True)
-        assert_array(label, "y_b", y_b, expected[1], exact=True)
+        assert_array(label, "X_b", X_b, expected[0][0], exact=True)
+        assert_array(label, "y_b", y_b, expected[0][1], exact=True)
+        _check_rng(label, inputs[0][2], expected[1], "one rng.integers(0, n_k, size=batch_size)")
 
     shard = _data(6, 3, 3, 3)
+    X, y = shard
     invalid = [("batch_size = 0", BAD, "batch_size", _args(shard, 0, rng_for(0, 1))),
+               ("batch_size = True", BAD, "batch_size", _args(shard, True, rng_for(0, 1))),
                ("shard is an array, not a pair", BAD, "shard", _args(shard[0], 2, rng_for(0, 1))),
+               ("float labels in the shard", BAD, "shard", _args((X, y.astype(np.float64)), 2, rng_for(0, 1))),
+               ("1-D features in the shard", BAD, "shard", _args((X[:, 0].copy(), y), 2, rng_for(0, 1))),
+               ("an empty shard", BAD, "shard", _args((X[:0].copy(), y[:0].copy()), 2, rng_for(0, 1))),
                ("rng = None", BAD, "rng", _args(shard, 2, None))]
-    return run_cases("sample_worker_batch", fn, ref_shard.sample_worker_batch, cases, compare, invalid)
+    return run_cases("sample_worker_batch", fn, _rng_after(ref_shard.sample_worker_batch, 2), cases, compare, invalid,
+                     mutable=(2,), compare_with_inputs=True, unchanged=_deep_unchanged)
 
 
 # --- Lesson 19 -------------------------------------------------------------------------------------
@@ -160,6 +250,7 @@ def check_local_train_step(fn: Callable[..., Any]) -> str:
         new_params, new_state, loss = assert_tuple(label, "the result (new_params, new_opt_state, loss)", got, 3)
         assert_array_dict(label, "new_params", new_params, expected[0])
         assert_scalar(label, "loss", loss, expected[2], rtol=1e-5, atol=1e-7)
+        _exact_type(label, "loss", loss, float)
         if not isinstance(new_state, Mapping) or new_state.get("step") != expected[1]["step"]:
             raise CheckFailure(f"[{label}] new_opt_state['step'] must be {expected[1]['step']}")
         assert_array_dict(label, "new_opt_state['m']", new_state["m"], expected[1]["m"])
@@ -169,8 +260,14 @@ def check_local_train_step(fn: Callable[..., Any]) -> str:
     s, batch = init_adamw_state(p), _data(4, 3, 2, 4)
     invalid = [("hp['optimizer'] = 'adam'", BAD, "optimizer", _args(p, s, batch, _hp("adam"))),
                ("hp['lr'] = 0", BAD, "lr", _args(p, s, batch, _hp(lr=0.0))),
-               ("a label out of range", BAD, "batch", _args(p, s, (batch[0], np.array([0, 1, 2, 0])), _hp()))]
-    return run_cases("local_train_step", fn, ref_shard.local_train_step, cases, compare, invalid)
+               ("hp with an extra key 'momentum'", BAD, "momentum", _args(p, s, batch, _hp(momentum=0.9))),
+               ("a label out of range", BAD, "batch", _args(p, s, (batch[0], np.array([0, 1, 2, 0])), _hp())),
+               ("a label -1", BAD, "batch", _args(p, s, (batch[0], np.array([0, 1, -1, 0])), _hp()))]
+    # every key is validated whatever the optimizer: SGD does not use the betas or eps, but they are refused
+    invalid += [(f"SGD with hp[{key!r}] = {value!r}", BAD, key, _args(p, s, batch, _hp("sgd", **{key: value})))
+                for key, value in (("beta1", 1.0), ("eps", 0.0), ("weight_decay", -0.1), ("batch_size", 0))]
+    return run_cases("local_train_step", fn, ref_shard.local_train_step, cases, compare, invalid,
+                     unchanged=_deep_unchanged)
 
 
 # --- Lesson 20 -------------------------------------------------------------------------------------
@@ -184,24 +281,32 @@ def check_run_inner_steps(fn: Callable[..., Any]) -> str:
         return _args(params, state, shard, H, _hp(optimizer), rng_for(i, 342))
 
     cases = [("H = 1", case(0, 1, "adamw", 0)), ("H = 4", case(1, 4, "adamw", 0)),
-             ("H = 6 from a state after 2 steps", case(2, 6, "adamw", 2)), ("H = 5, SGD", case(3, 5, "sgd", 0))]
+             ("H = 6 from a state after 2 steps", case(2, 6, "adamw", 2)), ("H = 5, SGD", case(3, 5, "sgd", 0)),
+             ("batch_size 12 for a shard of 8 rows (B > n_k is allowed)", lambda: (
+                 lambda params: ((params, init_adamw_state(params), _data(8, 4, 3, 345), 3, _hp(batch_size=12),
+                                  rng_for(4, 342)), {}))(init_model_params([4, 8, 3], rng_for(4, 340))))]
 
-    def compare(label: str, got: Any, expected: tuple) -> None:
+    def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
+        (ref_params, ref_state, ref_losses), rng_state = expected
         params, state, losses = assert_tuple(label, "the result (params_H, opt_state_H, losses)", got, 3)
-        assert_array_dict(label, "params_H", params, expected[0], **TOL)
-        assert_array(label, "losses", np.asarray(losses, dtype=np.float64) if isinstance(losses, (list, np.ndarray))
-                     else losses, expected[2], **TOL)
-        if not isinstance(state, Mapping) or state.get("step") != expected[1]["step"]:
-            raise CheckFailure(f"[{label}] opt_state_H['step'] must be {expected[1]['step']} (one per inner step)")
-        assert_array_dict(label, "opt_state_H['m']", state["m"], expected[1]["m"], **TOL)
+        assert_array_dict(label, "params_H", params, ref_params, **TOL)
+        assert_array(label, "losses (an (H,) float64 array)", losses, ref_losses, **TOL)
+        if not isinstance(state, Mapping) or state.get("step") != ref_state["step"]:
+            raise CheckFailure(f"[{label}] opt_state_H['step'] must be {ref_state['step']} (one per inner step)")
+        assert_array_dict(label, "opt_state_H['m']", state["m"], ref_state["m"], **TOL)
+        _check_rng(label, inputs[0][5], rng_state, "H draws of hp['batch_size'] indices")
 
     p = init_model_params([3, 4, 2], rng_for(0, 1))
     s, shard = init_adamw_state(p), _data(8, 3, 2, 5)
     invalid = [("H = 0", BAD, "H", _args(p, s, shard, 0, _hp(), rng_for(0, 1))),
                ("H = 2.5", BAD, "H", _args(p, s, shard, 2.5, _hp(), rng_for(0, 1))),
+               ("H = True", BAD, "H", _args(p, s, shard, True, _hp(), rng_for(0, 1))),
                ("hp without 'batch_size'", BAD, "batch_size",
-                _args(p, s, shard, 2, {k: v for k, v in _hp().items() if k != "batch_size"}, rng_for(0, 1)))]
-    return run_cases("run_inner_steps", fn, ref_shard.run_inner_steps, cases, compare, invalid)
+                _args(p, s, shard, 2, {k: v for k, v in _hp().items() if k != "batch_size"}, rng_for(0, 1))),
+               ("shard labels outside the model's 2 classes", BAD, "shard",
+                _args(p, s, (shard[0], np.full(8, 2)), 2, _hp(), rng_for(0, 1)))]
+    return run_cases("run_inner_steps", fn, _rng_after(ref_shard.run_inner_steps, 5), cases, compare, invalid,
+                     mutable=(5,), compare_with_inputs=True, unchanged=_deep_unchanged)
 
 
 # --- Lesson 25 -------------------------------------------------------------------------------------
@@ -245,10 +350,12 @@ def check_diloco_round(fn: Callable[..., Any]) -> str:
         if not isinstance(info, Mapping) or set(info) != set(expected[3]):
             raise CheckFailure(f"[{label}] info must be a dict with keys {sorted(expected[3])}")
         assert_scalar(label, "info['train_loss']", info["train_loss"], expected[3]["train_loss"], **TOL)
+        _exact_type(label, "info['train_loss']", info["train_loss"], float)
         assert_array(label, "info['worker_losses']", info["worker_losses"], expected[3]["worker_losses"], **TOL)
         if info["bytes_communicated"] != expected[3]["bytes_communicated"]:
             raise CheckFailure(f"[{label}] info['bytes_communicated'] is {info['bytes_communicated']!r}, expected "
                                f"{expected[3]['bytes_communicated']} (every worker's parameters, counted per worker)")
+        _exact_type(label, "info['bytes_communicated']", info["bytes_communicated"], int)
 
     def bad(where: int | str, change: Callable[[Any], Any]) -> Callable[[], Args]:
         """Valid round arguments with one positional (index) or keyword (name) argument changed."""
@@ -266,7 +373,9 @@ def check_diloco_round(fn: Callable[..., Any]) -> str:
                ("one rng for two workers", BAD, "rngs", bad(4, lambda rngs: rngs[:1])),
                ("three worker states for two shards", BAD, "worker_states", bad(2, lambda s: [s[0], s[1], s[0]])),
                ("outer_momentum = 1", BAD, "momentum", bad("outer_momentum", lambda _: 1.0))]
-    return run_cases("diloco_round", fn, ref_loop.diloco_round, cases, compare, invalid)
+    # worker_states (a list) must come back as it was: the new states are returned, not written into it
+    return run_cases("diloco_round", fn, ref_loop.diloco_round, cases, compare, invalid, mutable=(4,),
+                     unchanged=_deep_unchanged)
 
 
 # --- Lessons 26 and 27 -----------------------------------------------------------------------------
@@ -297,6 +406,10 @@ def _compare_record(label: str, got: Any, expected: dict) -> None:
     for key in ("algorithm", "config", "seeds", "shard_sizes", "examples_processed"):
         if got[key] != expected[key]:
             raise CheckFailure(f"[{label}] record[{key!r}] is {got[key]!r}, expected {expected[key]!r}")
+    if type(got["shard_sizes"]) is not list or any(type(n) is not int for n in got["shard_sizes"]):
+        raise CheckFailure(f"[{label}] record['shard_sizes'] must be a list of Python ints, got "
+                           f"{[type(n).__name__ for n in got['shard_sizes']]} in a {type(got['shard_sizes']).__name__}")
+    _exact_type(label, "record['examples_processed']", got["examples_processed"], int)
     for key in ("heldout_loss", "heldout_accuracy"):
         assert_scalar(label, f"record['initial'][{key!r}]", got["initial"][key], expected["initial"][key], **TOL)
     hist, want = got["history"], expected["history"]
@@ -316,10 +429,11 @@ def _compare_record(label: str, got: Any, expected: dict) -> None:
         raise CheckFailure(f"[{label}] record['wall_time_s'] must be the run's seconds (a number >= 0), got {w!r}")
 
 
-def _check_trainer(name: str, fn: Callable[..., Any], reference: Callable[..., Any]) -> str:
-    cases = [(label, _args(config)) for label, config in RUN_CONFIGS]
+def _check_trainer(name: str, fn: Callable[..., Any], reference: Callable[..., Any], extra: list = ()) -> str:
+    cases = [(label, _args(config)) for label, config in [*RUN_CONFIGS, *extra]]
     invalid = [(label, BAD, arg, _args(config)) for label, arg, config in BAD_CONFIGS]
-    return run_cases(name, fn, reference, cases, _compare_record, invalid)
+    # a dict config is only read: filling the defaults into it is a mutation
+    return run_cases(name, fn, reference, cases, _compare_record, invalid, unchanged=_deep_unchanged)
 
 
 def check_train_diloco(fn: Callable[..., Any]) -> str:
@@ -329,7 +443,10 @@ def check_train_diloco(fn: Callable[..., Any]) -> str:
 
 def check_train_synchronous_baseline(fn: Callable[..., Any]) -> str:
     """The baseline's run record on the same configs: same batches, one all-reduce per step, AdamW on the mean."""
-    return _check_trainer("train_synchronous_baseline", fn, ref_loop.train_synchronous_baseline)
+    # inner SGD is not scale-invariant as AdamW is: an outer lr wrongly applied to the gradient shows
+    unused = ("inner SGD, outer lr 0.5 and momentum 0.3 (unused by the baseline)",
+              {**SMALL, "inner_optimizer": "sgd", "inner_lr": 0.1, "outer_lr": 0.5, "outer_momentum": 0.3})
+    return _check_trainer("train_synchronous_baseline", fn, ref_loop.train_synchronous_baseline, [unused])
 
 
 # --- Lessons 28 and 29 -----------------------------------------------------------------------------
@@ -340,18 +457,29 @@ def _eval_cases() -> list[tuple[str, Callable[[], Args]]]:
         return _args(params, X.astype(dtype), y)
 
     zero = {k: np.zeros_like(v) for k, v in init_model_params([4, 5, 3], rng_for(0, 362)).items()}
+    offset = init_model_params([4, 6, 3], rng_for(4, 360))
+    offset["b1"] = offset["b1"] + np.float32(1e5)
     return [("8 examples, 3 classes", case(0, [4, 8, 3], 8)), ("one example", case(1, [3, 5, 2], 1)),
             ("weights x300: logits near 1e5", case(2, [4, 6, 3], 10, 300.0)),
             ("two hidden layers, float64", case(3, [3, 6, 6, 4], 12, dtype=np.float64)),
             ("all-zero parameters (every logit tied), unbalanced labels",
-             _args(zero, _data(9, 4, 3, 363)[0], np.array([0, 0, 0, 0, 1, 2, 1, 0, 2])))]
+             _args(zero, _data(9, 4, 3, 363)[0], np.array([0, 0, 0, 0, 1, 2, 1, 0, 2]))),
+            ("50 examples (more than one training batch: every example counts)", case(5, [4, 8, 3], 50)),
+            # every logit is 1e5 + O(1): a loss of O(1) computed as (1e5 + log s) - z_y in float32 loses
+            # ulp(1e5) ≈ 0.008 per example; shifted logits and a float64 mean keep it exact to ~1e-7
+            ("a bias of 1e5 on every class: logits 1e5 + O(1), losses O(1)", _args(offset, *_data(12, 4, 3, 364)))]
 
 
 def _eval_invalid() -> list:
     p = init_model_params([3, 4, 2], rng_for(0, 1))
     X, y = _data(5, 3, 2, 6)
     return [("a label equal to the number of classes", (ValueError,), "y", _args(p, X, np.array([0, 1, 2, 0, 1]))),
+            ("a label -1 (NumPy would read it as the last class)", (ValueError,), "y",
+             _args(p, X, np.array([0, 1, -1, 0, 1]))),
+            ("float labels", BAD, "y", _args(p, X, y.astype(np.float64))),
             ("X with 4 features for W0's 3", BAD, "X", _args(p, np.ones((5, 4), np.float32), y)),
+            ("an empty X (0 examples)", BAD, "X", _args(p, X[:0].copy(), y[:0].copy())),
+            ("integer X", BAD, "X", _args(p, X.astype(np.int64), y)),
             ("4 labels for 5 examples", BAD, "y", _args(p, X, y[:4]))]
 
 
@@ -359,6 +487,7 @@ def check_evaluate_heldout_loss(fn: Callable[..., Any]) -> str:
     """Mean cross-entropy of the model on given data, finite for logits near 1e5."""
     def compare(label: str, got: Any, expected: float) -> None:
         assert_scalar(label, "held-out loss", got, expected, rtol=1e-5, atol=1e-6)
+        _exact_type(label, "the held-out loss", got, float)
 
     return run_cases("evaluate_heldout_loss", fn, ref_eval.evaluate_heldout_loss, _eval_cases(), compare, _eval_invalid())
 
@@ -367,6 +496,7 @@ def check_classification_accuracy(fn: Callable[..., Any]) -> str:
     """Fraction whose largest logit is the label (ties to the lowest index), a float in [0, 1]."""
     def compare(label: str, got: Any, expected: float) -> None:
         assert_scalar(label, "accuracy", got, expected, rtol=0.0, atol=1e-12)
+        _exact_type(label, "the accuracy", got, float)
 
     return run_cases("classification_accuracy", fn, ref_eval.classification_accuracy, _eval_cases(), compare,
                      _eval_invalid())
@@ -374,8 +504,10 @@ def check_classification_accuracy(fn: Callable[..., Any]) -> str:
 
 # --- Lesson 30 -------------------------------------------------------------------------------------
 def _history(losses: list[float], accs: list[float], steps_per_round: int, bytes_per_round: int) -> list[dict]:
-    return [{"round": r + 1, "steps": (r + 1) * steps_per_round, "train_loss": l + 0.1, "heldout_loss": l,
-             "heldout_accuracy": a, "bytes_communicated": bytes_per_round, "cumulative_bytes": (r + 1) * bytes_per_round}
+    """A run record's history, with Python floats and ints as the trainers write them."""
+    return [{"round": r + 1, "steps": (r + 1) * steps_per_round, "train_loss": float(l) + 0.1, "heldout_loss": float(l),
+             "heldout_accuracy": float(a), "bytes_communicated": bytes_per_round,
+             "cumulative_bytes": (r + 1) * bytes_per_round}
             for r, (l, a) in enumerate(zip(losses, accs))]
 
 
@@ -386,11 +518,27 @@ def check_communication_savings(fn: Callable[..., Any]) -> str:
     sync = _history(list(np.linspace(2.0, 0.45, 30)), list(np.linspace(0.3, 0.85, 30)), 2, 2 * P)
     better = _history([1.5, 0.6, 0.4, 0.3, 0.35, 0.38], [0.4, 0.8, 0.9, 0.92, 0.91, 0.9], 10, P)
     bumpy = _history([1.0, 0.6, 0.9, 0.58, 0.5, 0.7], [0.5, 0.8, 0.6, 0.79, 0.83, 0.7], 5, P)
+    # H = 15 with both runs logged every 15 steps: (bytes / steps) / (bytes / steps) as two quotients gives
+    # 14.999999999999998; one division of integer products gives exactly 15.0
+    h15 = _history([2.0, 1.0, 0.6, 0.5, 0.45, 0.44], [0.3, 0.6, 0.7, 0.8, 0.82, 0.83], 15, P)
+    s15 = _history([1.9, 0.9, 0.55, 0.47, 0.46, 0.42], [0.35, 0.62, 0.72, 0.8, 0.81, 0.85], 15, 15 * P)
+    # DiLoCo's workers double after round 3 (bytes per round 16000 -> 32000) and it matches at round 5: the bytes
+    # there are its cumulative_bytes (not round × bytes_communicated, nor rebuilt from steps), and the bytes per
+    # step come from the last entries (the first ones give 10, the last 6.67)
+    grown = _history([2.0, 1.2, 0.9, 0.7, 0.5, 0.52], [0.3, 0.5, 0.6, 0.7, 0.82, 0.8], 10, P)
+    for r, e in enumerate(grown):
+        e["bytes_communicated"] = P if r < 3 else 2 * P
+        e["cumulative_bytes"] = sum(P if j < 3 else 2 * P for j in range(r + 1))
     cases = [("DiLoCo H = 10 vs a baseline logged every 2 steps", _args(diloco, sync)),
              ("the same, matched on accuracy", _args(diloco, sync, "heldout_accuracy")),
              ("DiLoCo better than the baseline", _args(better, sync)),
              ("a curve that goes back up", _args(bumpy, sync)), ("a curve that goes back up, accuracy",
-                                                               _args(bumpy, sync, "heldout_accuracy"))]
+                                                               _args(bumpy, sync, "heldout_accuracy")),
+             ("histories as tuples", _args(tuple(diloco), tuple(sync))),
+             ("H = 15: the bytes-per-step ratio is exactly 15.0", _args(h15, s15)),
+             ("DiLoCo's worker count doubles after round 3 (bytes per round change)", _args(grown, sync))]
+    types = {"metric": str, "target": float, "diloco_round": int, "sync_round": int, "diloco_bytes": int,
+             "sync_bytes": int, "ratio": float, "bytes_per_step_ratio": float}
 
     def compare(label: str, got: Any, expected: dict) -> None:
         if not isinstance(got, Mapping) or set(got) != set(expected):
@@ -400,10 +548,42 @@ def check_communication_savings(fn: Callable[..., Any]) -> str:
                 if got[key] != value:
                     raise CheckFailure(f"[{label}] {key} is {got[key]!r}, expected {value!r}")
             else:
-                assert_scalar(label, key, got[key], float(value), rtol=1e-9, atol=1e-12)
+                # exact: the target is a history value, the ratios one correctly rounded division of integers
+                assert_scalar(label, key, got[key], float(value), rtol=0.0, atol=0.0)
+            _exact_type(label, key, got[key], types.get(key, type(value)))
 
+    missing = [dict(e) for e in sync]
+    del missing[17]["cumulative_bytes"]
+    opening = [{**diloco[0], "round": 0, "steps": 0, "heldout_loss": 0.4, "bytes_communicated": 0,
+                "cumulative_bytes": 0}, *diloco]
     invalid = [("metric = 'accuracy'", BAD, "metric", _args(diloco, sync, "accuracy")),
+               ("metric = 'train_loss' (a history key, but not a held-out metric)", BAD, "metric",
+                _args(diloco, sync, "train_loss")),
                ("an empty DiLoCo history", BAD, "diloco_history", _args([], sync)),
                ("a baseline round without 'cumulative_bytes'", BAD, "sync_history",
-                _args(diloco, [{k: v for k, v in e.items() if k != "cumulative_bytes"} for e in sync]))]
-    return run_cases("communication_savings", fn, ref_eval.communication_savings, cases, compare, invalid)
+                _args(diloco, [{k: v for k, v in e.items() if k != "cumulative_bytes"} for e in sync])),
+               ("DiLoCo reaches the target at a logged round 0 with 0 steps and 0 bytes", BAD, "diloco_history",
+                _args(opening, sync))]
+    count = run_cases("communication_savings", fn, ref_eval.communication_savings, cases, compare, invalid,
+                      count_only=True)
+    label = "sync_history[17] without 'cumulative_bytes'"
+    with quiet():
+        message = _raised(fn, label, diloco, missing)
+    if not ("sync_history" in message and re.search(r"(?<!\d)17(?!\d)", message)):
+        raise CheckFailure(f"[{label}] raised as it should, but its message {message!r} must name the history "
+                           "(sync_history) and the entry's index (17)")
+    return passed("communication_savings", count + 1)
+
+
+def _raised(fn: Callable[..., Any], label: str, *args: Any) -> str:
+    """The message of the TypeError/ValueError ``fn(*args)`` must raise."""
+    try:
+        fn(*copy.deepcopy(args))
+    except NotImplementedError:
+        raise CheckFailure(f"[{label}] the function is not implemented yet (it raised NotImplementedError)") from None
+    except BAD as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001
+        raise CheckFailure(f"[{label}] must raise TypeError or ValueError, but raised {type(exc).__name__}: {exc}") \
+            from None
+    raise CheckFailure(f"[{label}] must raise TypeError or ValueError for this invalid input, but returned normally")
