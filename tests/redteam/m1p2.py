@@ -511,7 +511,6 @@ MUTANTS = {
         ("no del: the previous micro-batch's cache is alive during the next forward (contract: one cache alive)",
          _step_keeps_previous_cache),
         ("loss returned as np.float64 (contract: a Python float)", _step_numpy_loss),
-        ("lr checked only with lr <= 0: nan and inf accepted (contract: finite positive lr)", _step_lr_nan_inf),
         ("accepts lr=True (contract: a real number; bools are refused elsewhere in the course)", _step_lr_bool),
         ("rejects an int lr such as 1 (contract: lr is a real number > 0)", _step_rejects_int_lr),
         ("keeps all M gradient trees and sums them at the end (contract: one accumulated gradient tree)",
@@ -527,6 +526,11 @@ ALTERNATIVES = {
     "accumulate_gradients": [("copy.deepcopy on the first call, np.add(out=) afterwards", _acc_alt_deepcopy_np_add)],
     "scale_accumulated_gradients": [("np.multiply(out=) with the scale as a 0-d array of the buffer's dtype",
                                      _scale_alt_np_multiply)],
-    "grad_accumulation_step": [("mean-loss gradients scaled by n_i before accumulating; weighted loss",
-                                _step_alt_weighted_means)],
+    "grad_accumulation_step": [
+        ("mean-loss gradients scaled by n_i before accumulating; weighted loss", _step_alt_weighted_means),
+        # Moved from MUTANTS: nan and inf are not accepted after all — sgd_step refuses them with a
+        # ValueError naming lr, which is what the contract asks for.
+        ("lr checked only with lr <= 0 up front; nan and inf refused by sgd_step (ValueError naming lr)",
+         _step_lr_nan_inf),
+    ],
 }
