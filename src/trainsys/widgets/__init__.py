@@ -24,7 +24,7 @@ from trainsys.memtrain.mixed_precision import training_memory_by_precision
 MiB = 2**20
 
 __all__ = ["explorer", "accumulation_explorer", "checkpointing_explorer", "precision_explorer", "diloco_explorer",
-           "fedavg_explorer", "memory_explorer"]
+           "fedavg_explorer", "memory_explorer", "transformer_memory_explorer"]
 
 
 def explorer(controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., Figure]) -> widgets.VBox:
@@ -224,3 +224,129 @@ def memory_explorer() -> widgets.VBox:
     rows = list(controls.values())
     box.children = (widgets.VBox([widgets.HBox(rows[:4]), widgets.HBox(rows[4:])]), box.children[1])
     return box
+
+
+def transformer_memory_explorer() -> widgets.VBox:
+    """A transformer (preset or custom) and its training setup → bytes per worker against a device budget.
+
+    Computed by :func:`trainsys.memtrain.transformer_memory.transformer_memory`: parameters, gradients,
+    optimizer state and activations as a stacked bar with the budget line, "fits / does not fit" and the
+    smallest change that makes it fit (drawn as a second bar). The book's page runs the JavaScript twin
+    (``book/explorer/transformer_explorer.js``), tested to agree.
+    """
+    from trainsys.memtrain.transformer_memory import (
+        DEVICE_GB, MODELS, PRECISIONS, PRESETS, RECOMPUTE, transformer_memory)
+
+    parts = ("parameters", "gradients", "optimizer_states", "activations")
+    GB = 1e9
+
+    def pick(name: str, options: list, value: object, width: str = "230px") -> widgets.Dropdown:
+        return widgets.Dropdown(options=options, value=value, description=name,
+                                style={"description_width": "initial"}, layout=widgets.Layout(width=width))
+
+    def number(name: str, value: int) -> widgets.IntText:
+        return widgets.IntText(value=value, description=name, style={"description_width": "initial"},
+                               layout=widgets.Layout(width="190px"))
+
+    setup = {
+        "model": pick("model", list(MODELS), "llama-3-8b"),
+        "seq_len": pick("sequence length", [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768], 1024),
+        "micro_batch_size": pick("micro-batch b", [1, 2, 4, 8, 16, 32, 64], 8),
+        "grad_accum_steps": pick("accumulation A", [1, 2, 4, 8, 16, 32, 64, 128], 4),
+        "num_workers": pick("workers N", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], 8),
+        "precision": pick("precision", list(PRECISIONS), "mixed_bf16"),
+        "recompute": pick("recomputation", list(RECOMPUTE), "none"),
+        "zero_stage": pick("ZeRO stage", [0, 1, 2, 3], 1),
+        "device_gb": pick("device GB", list(DEVICE_GB), 80),
+    }
+    start = PRESETS["llama-3-8b"]
+    arch = {
+        "style": pick("style", ["gpt2", "llama"], start["style"], "160px"),
+        "num_layers": number("layers", start["num_layers"]),
+        "hidden_size": number("hidden", start["hidden_size"]),
+        "num_heads": number("heads", start["num_heads"]),
+        "num_kv_heads": number("KV heads", start["num_kv_heads"]),
+        "ffn_size": number("FFN", start["ffn_size"]),
+        "vocab_size": number("vocabulary", start["vocab_size"]),
+        "max_positions": number("positions", 1024),
+        "tied_embeddings": widgets.Checkbox(value=start["tied_embeddings"], description="tied embeddings",
+                                            indent=False, layout=widgets.Layout(width="150px")),
+    }
+    output = widgets.Output()
+    busy = [False]
+
+    def config() -> dict:
+        c = {name: control.value for name, control in setup.items()}
+        if c["model"] == "custom":
+            a = {name: control.value for name, control in arch.items()}
+            if a["style"] != "gpt2":
+                a["max_positions"] = None
+            c["architecture"] = a
+        return c
+
+    def draw(c: dict) -> Figure:
+        r = transformer_memory(c)
+        after = transformer_memory(r["suggestion"]["config"]) if r["suggestion"] is not None else None
+        rows = [("now", r)] + ([("after the change", after)] if after is not None else [])
+        fig, ax = plt.subplots(figsize=(8.5, 1.2 + 0.55 * len(rows)))
+        for y, (_, report) in enumerate(rows):
+            left = 0.0
+            for color, part in zip(plt.cm.tab10.colors, parts):
+                ax.barh(y, report[part] / GB, left=left, color=color,
+                        label=f"{part.replace('_', ' ')} {report[part] / GB:.1f} GB" if y == 0 else None)
+                left += report[part] / GB
+            ax.text(left, y, f" {left:.1f} GB", va="center", fontsize=8)
+        ax.axvline(r["budget_bytes"] / GB, color="firebrick", ls="--", label=f"budget {r['budget_bytes'] / GB:g} GB")
+        ax.set_yticks(range(len(rows)), [name for name, _ in rows]); ax.invert_yaxis()
+        ax.set_xlabel("GB per worker")
+        verdict = "fits" if r["fits"] else "does not fit"
+        ax.set_title(f"{c['model']}: {r['num_parameters'] / 1e9:.3f} B parameters · {r['total'] / GB:.1f} GB per "
+                     f"worker · {verdict}", fontsize=9)
+        if r["suggestion_status"] == "found":
+            s = r["suggestion"]
+            text = "smallest change: " + "; ".join(f"{k} {old} → {new}" for k, old, new in s["changes"])
+            text += f" ({s['steps']} steps, global batch {r['global_batch']} → {s['global_batch']})"
+        elif r["suggestion_status"] == "none fits":
+            text = "nothing in the search (ZeRO, recomputation, micro-batch, workers) fits"
+        else:
+            text = f"fits with {(r['budget_bytes'] - r['total']) / GB:.1f} GB to spare"
+        fig.text(0.01, 0.01, text, fontsize=8)
+        ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        return fig
+
+    def redraw(_change: object = None) -> None:
+        if busy[0]:
+            return
+        output.clear_output(wait=True)
+        with output:
+            try:
+                fig = draw(config())
+            except (TypeError, ValueError) as error:
+                print(f"invalid configuration: {error}")
+                return
+            display(fig)
+            plt.close(fig)
+
+    def on_model(change: dict) -> None:
+        busy[0] = True
+        try:
+            source = PRESETS.get(change["new"]) or PRESETS.get(change["old"])
+            if source is not None:
+                for name, control in arch.items():
+                    control.value = source[name] if source[name] is not None else 1024
+            for control in arch.values():
+                control.disabled = change["new"] != "custom"
+        finally:
+            busy[0] = False
+        redraw()
+
+    setup["model"].observe(on_model, names="value")
+    for name, control in {**setup, **arch}.items():
+        if name != "model":
+            control.observe(redraw, names="value")
+    for control in arch.values():
+        control.disabled = True
+    redraw()
+    s, a = list(setup.values()), list(arch.values())
+    return widgets.VBox([widgets.HBox(s[:5]), widgets.HBox(s[5:]), widgets.HBox(a[:5]), widgets.HBox(a[5:]), output])
