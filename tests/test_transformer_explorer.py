@@ -305,6 +305,54 @@ def test_javascript_rejects_what_python_rejects() -> None:
 
 
 # --- the book page and the widget --------------------------------------------------------------------------
+FAKE_DOM = r"""
+// A minimal DOM: enough for the explorer's mount() (elements, attributes, events, innerHTML as a string).
+function El(tag) { this.tagName = tag; this.children = []; this.attrs = {}; this.listeners = {}; this.textContent = "";
+  this.innerHTML = ""; this.value = ""; this.checked = false; this.disabled = false; }
+El.prototype.setAttribute = function (k, v) { this.attrs[k] = String(v); if (k === "value") this.value = String(v); };
+El.prototype.appendChild = function (c) { this.children.push(c); if (this.tagName === "select" && this.children.length === 1) this.value = c.attrs.value; return c; };
+El.prototype.addEventListener = function (t, f) { (this.listeners[t] = this.listeners[t] || []).push(f); };
+El.prototype.fire = function (t) { (this.listeners[t] || []).forEach(function (f) { f(); }); };
+El.prototype.all = function () { var out = [this]; this.children.forEach(function (c) { out = out.concat(c.all()); }); return out; };
+El.prototype.control = function (name) { return this.all().filter(function (e) { return e.attrs["data-control"] === name; })[0]; };
+Object.defineProperty(El.prototype, "innerHTML", { get: function () { return this._html; },
+  set: function (v) { this._html = v; if (v === "") this.children = []; } });
+global.document = { createElement: function (t) { return new El(t); }, addEventListener: function () {} };
+module.exports = El;
+"""
+PAGE_SCRIPT = r"""
+const El = require(process.argv[2]); const m = require(process.argv[1]);
+const root = new El("div"); m.mount(root);
+const out = root.children[root.children.length - 1];
+const read = q => (out.innerHTML.match(new RegExp('data-quantity="' + q + '">([^<]*)')) || [])[1];
+const snap = () => ({ total: read("total"), fits: read("fits"), suggestion: read("suggestion"),
+                      text: out.children.map(c => c.textContent).join(" ") });
+const set = (name, value, event) => { const c = root.control(name); c.value = value; c.fire(event); return snap(); };
+const steps = [snap(), set("zero_stage", "3", "change"), set("model", "gpt2-small", "change"),
+               set("seq_len", "5", "input"), set("model", "custom", "change")];
+steps.push({ disabled: root.control("num_layers").disabled, layers: root.control("num_layers").value });
+steps.push(set("num_kv_heads", "5", "input"));
+process.stdout.write(JSON.stringify(steps));
+"""
+
+
+@needs_node
+def test_the_page_mounts_and_answers_its_controls(tmp_path: Path) -> None:
+    """The page's code in node with a minimal DOM: numbers shown, controls change them, errors are shown."""
+    dom = tmp_path / "fakedom.js"
+    dom.write_text(FAKE_DOM)
+    result = subprocess.run([NODE, "-e", PAGE_SCRIPT, str(JS), str(dom)], capture_output=True, text=True,
+                            timeout=60, check=True)
+    start, zero3, gpt2, too_long, custom, fields, bad_kv = json.loads(result.stdout)
+    assert start["fits"] == "does not fit" and start["suggestion"].startswith("micro-batch 8 \u2192 4; accumulation")
+    assert zero3["fits"] == "fits" and zero3["total"] != start["total"]
+    assert gpt2["total"].endswith(" GB") and gpt2["total"] != zero3["total"]
+    assert too_long.get("total") is None and "config['seq_len']" in too_long["text"]
+    assert custom.get("total") is None  # the custom model starts from GPT-2's 1024 positions: 4096 tokens is still too long
+    assert fields == {"disabled": False, "layers": "12"}
+    assert "num_kv_heads" in bad_kv["text"]
+
+
 def test_book_page_loads_the_explorer_offline_and_is_in_the_toc() -> None:
     page = (ROOT / "book/transformer_explorer.md").read_text()
     scripts = re.findall(r'<script[^>]*src="([^"]+)"', page)
