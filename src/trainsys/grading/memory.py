@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from trainsys.grading._harness import fixed as _fixed, BAD, Args, CheckFailure, run_cases
+from trainsys.grading.data_parallel import with_snapshots
 from trainsys.memtrain import memory as ref
 
 __all__ = [
@@ -28,6 +29,13 @@ def _number(label: str, what: str, got: Any, expected: float) -> None:
         math.isclose(float(got), float(expected), rel_tol=1e-9, abs_tol=1e-9)
     if not ok:
         raise CheckFailure(f"[{label}] {what} is {got!r}, expected {expected!r}")
+
+
+def _int(label: str, what: str, got: Any, expected: int) -> None:
+    """A byte count the contract returns as a Python ``int``."""
+    _number(label, what, got, expected)
+    if type(got) is not int:
+        raise CheckFailure(f"[{label}] {what} must be a Python int (int(...)), got {type(got).__name__} {got!r}")
 
 
 def _dict(label: str, got: Any, expected: dict) -> None:
@@ -50,13 +58,27 @@ def check_compute_param_memory_bytes(fn: Callable[..., Any]) -> str:
         ("shape tuples in float64", _fixed({"W": (1000, 1000), "b": (1000,)}, np.float64)),
         ("a deep MLP as a list of layers, float32", _fixed(deep, np.float32)),
         ("a single scalar parameter", _fixed({"s": ()}, np.float32)),
+        ("a zero-length axis counts 0 (shapes of non-negative ints)", _fixed({"W": (3, 0), "b": (5,)}, np.float32)),
+        ("a tuple of layer dicts, float16", _fixed(tuple(deep), np.float16)),
+        ("dtype given as the string 'float64'", _fixed(deep, "float64")),
     ]
     invalid = [
-        ("integer dtype", BAD, "dtype", _fixed({"W": (2, 2)}, np.int64)),
-        ("an empty dict", BAD, "params_or_shapes", _fixed({}, np.float32)),
+        ("integer dtype", (TypeError,), "dtype", _fixed({"W": (2, 2)}, np.int64)),
+        ("boolean dtype", (TypeError,), "dtype", _fixed({"W": (2, 2)}, np.bool_)),
+        ("complex dtype", (TypeError,), "dtype", _fixed({"W": (2, 2)}, np.complex64)),
+        ("an unknown dtype string 'float33'", (TypeError,), "dtype", _fixed({"W": (2, 2)}, "float33")),
+        ("an empty dict", (ValueError,), "params_or_shapes", _fixed({}, np.float32)),
+        ("an empty list", (ValueError,), "params_or_shapes", _fixed([], np.float32)),
+        ("an empty dict inside the tree", (ValueError,), "params_or_shapes",
+         _fixed({"layer0": {"W": (2, 2)}, "layer1": {}}, np.float32)),
+        ("an empty list inside the tree", (ValueError,), "params_or_shapes",
+         _fixed([{"W": (2, 2)}, []], np.float32)),
+        ("a None leaf", (TypeError,), "params_or_shapes", _fixed({"W": (2, 2), "b": None}, np.float32)),
+        ("a string leaf", (TypeError,), "params_or_shapes", _fixed({"W": "2x2"}, np.float32)),
+        ("a negative axis", (ValueError,), "params_or_shapes", _fixed({"W": (2, -1)}, np.float32)),
     ]
     return run_cases("compute_param_memory_bytes", fn, ref.compute_param_memory_bytes, cases,
-                     lambda label, got, exp: _number(label, "bytes", got, exp), invalid)
+                     lambda label, got, exp: _int(label, "bytes", got, exp), invalid)
 
 
 # --- Lesson 37 -------------------------------------------------------------------------------------
@@ -64,11 +86,23 @@ def check_compute_optimizer_memory_bytes(fn: Callable[..., Any]) -> str:
     """Every precision × stage, N = 1 and N not dividing Ψ; the ZeRO paper's worked example."""
     cases = [(f"Psi=7.5e9, mixed, N=64, stage {s}", _fixed(7_500_000_000, "mixed", 64, s)) for s in range(4)]
     cases += [(f"Psi=1000, fp32, N=3, stage {s}", _fixed(1000, "fp32", 3, s)) for s in range(4)]
-    cases += [("Psi=12345, mixed, N=1, stage 3", _fixed(12345, "mixed", 1, 3))]
+    cases += [("Psi=12345, mixed, N=1, stage 3", _fixed(12345, "mixed", 1, 3)),
+              ("Psi=10, fp32, N=20 > Psi, stage 3 (N has no upper bound)", _fixed(10, "fp32", 20, 3))]
     invalid = [
-        ("zero_stage = 4", BAD, "zero_stage", _fixed(100, "mixed", 2, 4)),
-        ("num_workers = 0", BAD, "num_workers", _fixed(100, "mixed", 0, 1)),
-        ("precision = 'bf8'", BAD, "precision", _fixed(100, "bf8", 2, 1)),
+        ("zero_stage = 4", (ValueError,), "zero_stage", _fixed(100, "mixed", 2, 4)),
+        ("num_workers = 0", (ValueError,), "num_workers", _fixed(100, "mixed", 0, 1)),
+        ("precision = 'bf8'", (ValueError,), "precision", _fixed(100, "bf8", 2, 1)),
+        ("precision = 'FP32' (the names are exact)", (ValueError,), "precision", _fixed(100, "FP32", 2, 1)),
+        ("num_params = True", (TypeError,), "num_params", _fixed(True, "mixed", 2, 1)),
+        ("num_params = 7.5e9 (a float)", (TypeError,), "num_params", _fixed(7.5e9, "mixed", 64, 1)),
+        ("num_workers = True", (TypeError,), "num_workers", _fixed(100, "mixed", True, 1)),
+        ("zero_stage = 2.0", (TypeError,), "zero_stage", _fixed(100, "mixed", 2, 2.0)),
+        # the contract's order: num_params, precision, num_workers, zero_stage — the first invalid one is named
+        ("all four invalid: num_params is validated first", BAD, "num_params", _fixed(0, "bf8", 0, 9)),
+        ("precision, num_workers, zero_stage invalid: precision comes next", BAD, "precision",
+         _fixed(100, "bf8", 0, 9)),
+        ("num_workers and zero_stage invalid: num_workers before zero_stage", BAD, "num_workers",
+         _fixed(100, "fp32", 0, 9)),
     ]
     return run_cases("compute_optimizer_memory_bytes", fn, ref.compute_optimizer_memory_bytes, cases, _dict, invalid)
 
@@ -83,13 +117,21 @@ def check_compute_peak_activation_memory_bytes(fn: Callable[..., Any]) -> str:
         ("segments of 4", _fixed(widths, 1024, np.float32, 1, 4)),
         ("3 micro-batches of 1000 rows (uneven), segments of 3, float16", _fixed(widths, 1000, np.float16, 3, 3)),
         ("uneven widths", _fixed([10, 200, 50, 300, 20, 5], 64, np.float32, 2, 2)),
+        ("uneven widths given as a tuple, float64", _fixed((10, 200, 50, 300, 20, 5), 48, np.float64, 5, 3)),
     ]
+    w = [4, 8, 2]
     invalid = [
-        ("num_micro_batches = 17 > batch = 16", BAD, "num_micro_batches", _fixed([4, 8, 2], 16, np.float32, 17, None)),
-        ("segment_size = 3 > L = 2", BAD, "segment_size", _fixed([4, 8, 2], 16, np.float32, 1, 3)),
+        ("num_micro_batches = 17 > batch = 16", BAD, "num_micro_batches", _fixed(w, 16, np.float32, 17, None)),
+        ("segment_size = 3 > L = 2", BAD, "segment_size", _fixed(w, 16, np.float32, 1, 3)),
+        ("segment_size = 0", BAD, "segment_size", _fixed(w, 16, np.float32, 1, 0)),
+        ("segment_size = True", BAD, "segment_size", _fixed(w, 16, np.float32, 1, True)),
+        ("batch = True", BAD, "batch", _fixed(w, True, np.float32, 1, None)),
+        ("num_micro_batches = True", BAD, "num_micro_batches", _fixed(w, 16, np.float32, True, None)),
+        ("a width of 0", BAD, "layer_widths", _fixed([4, 0, 2], 16, np.float32, 1, None)),
+        ("a width True", BAD, "layer_widths", _fixed([4, True, 2], 16, np.float32, 1, None)),
     ]
     return run_cases("compute_peak_activation_memory_bytes", fn, ref.compute_peak_activation_memory_bytes, cases,
-                     lambda label, got, exp: _number(label, "peak bytes", got, exp), invalid)
+                     lambda label, got, exp: _int(label, "peak bytes", got, exp), invalid)
 
 
 # --- Lesson 39 -------------------------------------------------------------------------------------
@@ -103,9 +145,15 @@ def check_compare_memory(fn: Callable[..., Any]) -> str:
         ("only checkpointing", _fixed({**base, "num_micro_batches": 1, "precision": "fp32", "num_workers": 1,
                                        "zero_stage": 0})),
         ("ZeRO-3 on 8 workers, uneven batch", _fixed({**base, "batch": 500, "num_workers": 8, "zero_stage": 3})),
+        ("one worker with ZeRO-1 (the workers row still appears)",
+         _fixed({**base, "num_workers": 1, "zero_stage": 1, "precision": "fp32"})),
+        ("4 workers without ZeRO (the row is named '4 workers, ZeRO-0')",
+         _fixed({**base, "zero_stage": 0, "segment_size": None, "num_micro_batches": 1})),
     ]
+    unchanged = with_snapshots(cases)
 
-    def compare(label: str, got: Any, expected: list) -> None:
+    def compare(label: str, got: Any, expected: list, inputs: Args) -> None:
+        unchanged(label, inputs)
         if not isinstance(got, list) or [r.get("setup") if isinstance(r, dict) else None for r in got] != \
                 [r["setup"] for r in expected]:
             raise CheckFailure(f"[{label}] the rows must be {[r['setup'] for r in expected]}")
@@ -113,8 +161,22 @@ def check_compare_memory(fn: Callable[..., Any]) -> str:
             _dict(f"{label}, row {want['setup']!r}", {k: v for k, v in row.items() if k != "setup"},
                   {k: v for k, v in want.items() if k != "setup"})
 
+    key = ("config[", "num_workers")  # named as config['num_workers'] (either quote)
     invalid = [
-        ("config without 'zero_stage'", BAD, "config", _fixed({k: v for k, v in base.items() if k != "zero_stage"})),
-        ("num_workers = 0", BAD, "num_workers", _fixed({**base, "num_workers": 0})),
+        ("config without 'zero_stage' (listed as missing)", BAD, ("config", "zero_stage"),
+         _fixed({k: v for k, v in base.items() if k != "zero_stage"})),
+        ("config with an unexpected key 'optimizer'", BAD, ("config", "optimizer"),
+         _fixed({**base, "optimizer": "adam"})),
+        ("config a list", BAD, "config", _fixed(list(base.items()))),
+        ("num_workers = 0", BAD, key, _fixed({**base, "num_workers": 0})),
+        ("num_workers = 513 > batch = 512", BAD, key, _fixed({**base, "num_workers": 513})),
+        ("num_workers = True", BAD, key, _fixed({**base, "num_workers": True})),
+        ("zero_stage = True", BAD, ("config[", "zero_stage"), _fixed({**base, "zero_stage": True})),
+        ("zero_stage = 4", BAD, ("config[", "zero_stage"), _fixed({**base, "zero_stage": 4})),
+        ("batch = 0", BAD, ("config[", "batch"), _fixed({**base, "batch": 0})),
+        ("num_micro_batches = 129 > ceil(512/4)", BAD, ("config[", "num_micro_batches"),
+         _fixed({**base, "num_micro_batches": 129})),
+        ("segment_size = 0", BAD, ("config[", "segment_size"), _fixed({**base, "segment_size": 0})),
+        ("precision = 'fp16'", BAD, "precision", _fixed({**base, "precision": "fp16"})),
     ]
-    return run_cases("compare_memory", fn, ref.compare_memory, cases, compare, invalid)
+    return run_cases("compare_memory", fn, ref.compare_memory, cases, compare, invalid, compare_with_inputs=True)
