@@ -346,3 +346,22 @@ def test_the_grader_fingerprint_sees_a_new_startup_file(tmp_path, monkeypatch) -
     (site / "evil.pth").write_text("import os\n")
     with pytest.raises(integrity.GraderChanged, match="site-packages"):
         integrity.assert_unchanged(before, tmp_path)
+
+
+def test_what_a_failing_call_did_to_its_arguments_comes_back() -> None:
+    source = ("import numpy as np\n"
+              "def f(rng, x):\n"
+              "    rng.standard_normal()\n"
+              "    x.flags.writeable = True\n"
+              "    raise ValueError('x must be positive')\n"
+              "def g(x):\n"
+              "    y = x.copy(); y.flags.writeable = False\n"
+              "    return y\n")
+    rng, expected = np.random.default_rng(5), np.random.default_rng(5)
+    expected.standard_normal()
+    with StudentProcess([source], "f", timeout=30, sandbox=SandboxConfig()) as student:
+        with pytest.raises(ValueError, match="x must be positive"):
+            student.function(rng, np.zeros(2))
+    assert rng.bit_generator.state == expected.bit_generator.state
+    with StudentProcess([source], "g", timeout=30, sandbox=SandboxConfig()) as student:
+        assert not student.function(np.zeros(2)).flags.writeable

@@ -578,9 +578,3 @@ ALTERNATIVES = {
 # The package reference (trainsys.diloco.loop.diloco_round) itself checks outer_lr and outer_momentum only inside
 # nesterov_outer_step, after the workers trained; through the grading sandbox the generators are not carried back
 # when the call raises, so nothing observable separates the two. Needs the reference fixed (src/, not a check).
-OPEN = {
-    "diloco_round": [
-        "outer_lr / outer_momentum refused only after every worker trained (contract: 'all refused before any "
-        "worker trains')",
-    ],
-}

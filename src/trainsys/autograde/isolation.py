@@ -383,7 +383,11 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
         except BaseException as exc:  # noqa: BLE001 - whatever the call raised, or a result we cannot send
             kind = "TypeError" if isinstance(exc, WireError) else type(exc).__name__
             message = f"the result cannot be sent back: {exc}" if isinstance(exc, WireError) else str(exc)
-            data = wire.dumps({"ok": False, "type": kind, "message": message[:2000]})
+            failure = {"ok": False, "type": kind, "message": message[:2000]}
+            try:  # what the call did to its arguments before it raised (a generator it advanced, …)
+                data = wire.dumps({**failure, "args": _mark_kept((args, kwargs), originals)})
+            except BaseException:  # noqa: BLE001 - arguments we cannot send back: the failure alone
+                data = wire.dumps(failure)
         stdout.write(data)
         stdout.flush()
 
@@ -520,10 +524,14 @@ class StudentProcess:
         try:
             if type(reply) is not dict or type(reply.get("ok")) is not bool:
                 raise WireError("a reply without a status")
-            if not reply["ok"]:
-                raise EXCEPTIONS.get(str(reply.get("type")), RuntimeError)(str(reply.get("message", ""))[:2000])
             after = reply.get("args")
-            if type(after) is not tuple or len(after) != 2 or type(after[0]) is not tuple or type(after[1]) is not dict:
+            well_formed = (type(after) is tuple and len(after) == 2 and type(after[0]) is tuple
+                           and type(after[1]) is dict)
+            if not reply["ok"]:
+                if well_formed:
+                    _write_back(tuple(args), kwargs, after)
+                raise EXCEPTIONS.get(str(reply.get("type")), RuntimeError)(str(reply.get("message", ""))[:2000])
+            if not well_formed:
                 raise WireError("a reply without the arguments after the call")
             _write_back(tuple(args), kwargs, after)
             return _decode_result(reply.get("result"), (args, kwargs)), reply

@@ -96,7 +96,10 @@ class _Encoder:
         if type(obj) is dict:
             return {"$": "dict", "v": [[self.encode(k, depth + 1), self.encode(v, depth + 1)] for k, v in obj.items()]}
         if isinstance(obj, np.ndarray):
-            return {"$": "ndarray", "b": self.blob(_npy(obj))}
+            node = {"$": "ndarray", "b": self.blob(_npy(obj))}
+            if not obj.flags.writeable:
+                node["ro"] = True  # a read-only result stays read-only
+            return node
         if isinstance(obj, np.generic):
             return {"$": "npscalar", "b": self.blob(_npy(np.asarray(obj)))}
         if isinstance(obj, np.random.Generator):
@@ -234,7 +237,10 @@ class _Decoder:
                     raise WireError(f"unhashable dict key: {exc}") from None
             return out
         if tag == "ndarray":
-            return _load_npy(self.blob(node.get("b")))
+            array = _load_npy(self.blob(node.get("b")))
+            if node.get("ro") is True:
+                array.flags.writeable = False
+            return array
         if tag == "npscalar":
             array = _load_npy(self.blob(node.get("b")))
             if array.ndim != 0:

@@ -251,6 +251,8 @@ def diloco_round(
         require_generator(f"rngs[{i}]", rngs[i])
     H = require_int("H", H, minimum=1)
     inner_hp = validate_inner_hp(inner_hp)
+    require_real("outer_lr", outer_lr, strictly_positive=True)  # refused before any worker trains
+    require_momentum(outer_momentum, "outer_momentum")
     new_workers, new_states, losses = [], [], []
     for i in range(k):
         theta, state, worker_losses = run_inner_steps(clone_params(global_params), worker_states[i], shards[i], H,

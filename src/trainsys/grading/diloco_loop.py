@@ -30,6 +30,7 @@ from trainsys.grading._harness import (
     BAD,
     Args,
     CheckFailure,
+    expect_raises,
     assert_array,
     assert_array_dict,
     assert_scalar,
@@ -374,8 +375,19 @@ def check_diloco_round(fn: Callable[..., Any]) -> str:
                ("three worker states for two shards", BAD, "worker_states", bad(2, lambda s: [s[0], s[1], s[0]])),
                ("outer_momentum = 1", BAD, "momentum", bad("outer_momentum", lambda _: 1.0))]
     # worker_states (a list) must come back as it was: the new states are returned, not written into it
-    return run_cases("diloco_round", fn, ref_loop.diloco_round, cases, compare, invalid, mutable=(4,),
-                     unchanged=_deep_unchanged)
+    message = run_cases("diloco_round", fn, ref_loop.diloco_round, cases, compare, invalid, mutable=(4,),
+                        unchanged=_deep_unchanged)
+    for name, value in (("outer_lr", 0.0), ("outer_momentum", 1.0)):
+        label = f"{name} = {value} is refused before any worker trains"
+        args, kwargs = bad(name, lambda _, v=value: v)()
+        before = [rng.bit_generator.state for rng in args[4]]
+        with quiet():
+            expect_raises(fn, label, BAD, name.removeprefix("outer_") if name == "outer_momentum" else name,
+                          *args, **kwargs)
+        if [rng.bit_generator.state for rng in args[4]] != before:
+            raise CheckFailure(f"[{label}] the workers' generators were advanced: validate outer_lr and "
+                               "outer_momentum before any worker trains (a bad value must not cost a round of compute)")
+    return message
 
 
 # --- Lessons 26 and 27 -----------------------------------------------------------------------------
