@@ -26,26 +26,39 @@ def _lessons() -> list[Path]:
     return sorted(REPO.glob("solutions/*/*.ipynb"))
 
 
-def bench_mutants() -> None:
-    """How many realistic wrong implementations the hidden checks reject, and the check time."""
-    sys.path.insert(0, str(REPO))
-    import tests.mutants as mutants_pkg
-
-    rejected = total = 0
-    start = time.perf_counter()
-    for info in pkgutil.iter_modules(mutants_pkg.__path__):
-        module = importlib.import_module(f"tests.mutants.{info.name}")
-        for name, mutants in module.MUTANTS.items():
+def _verdicts(package: str, attribute: str) -> tuple[int, int, int]:
+    """``(rejected, accepted, total)`` of the answers in ``<package>.*.<attribute>`` against their checks."""
+    pkg = importlib.import_module(package)
+    rejected = accepted = total = 0
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package}.{info.name}")
+        for name, answers in getattr(module, attribute, {}).items():
             check = getattr(grading, f"check_{name}")
-            for _, mutant in mutants:
+            for _, answer in answers:
                 total += 1
                 try:
-                    check(mutant)
+                    check(answer)
+                    accepted += 1
                 except AssertionError:
                     rejected += 1
+    return rejected, accepted, total
+
+
+def bench_mutants() -> None:
+    """How many realistic wrong implementations the hidden checks reject (the developers' and the blind red
+    team's), how many correct alternatives they accept, and the check time."""
+    sys.path.insert(0, str(REPO))
+    start = time.perf_counter()
+    developers, _, dev_total = _verdicts("tests.mutants", "MUTANTS")
+    red, _, red_total = _verdicts("tests.redteam", "MUTANTS")
+    _, alternatives, alt_total = _verdicts("tests.redteam", "ALTERNATIVES")
     elapsed = time.perf_counter() - start
-    print(f"mutants rejected: {rejected} / {total}")
-    print(f"mean check time per mutant: {elapsed / max(total, 1) * 1000:.1f} ms")
+    print(f"mutants rejected: developers' {developers} / {dev_total}, red team's {red} / {red_total}, "
+          f"all {developers + red} / {dev_total + red_total}")
+    print(f"correct alternatives accepted: {alternatives} / {alt_total}")
+    print(f"mean check time per answer: {elapsed / max(dev_total + red_total + alt_total, 1) * 1000:.1f} ms")
 
 
 def bench_nbval() -> None:
