@@ -71,16 +71,35 @@ def check_init_model_params(fn: Callable[..., Any]) -> str:
     cases = [(f"sizes={s}", (lambda i, s: lambda: ((list(s), rng_for(i, 2001)), {}))(i, s))
              for i, s in enumerate(sizes)]
     cases.append(("sizes as a tuple", lambda: (((6, 9, 4), rng_for(9, 2001)), {})))
+    cases.append(("sizes of NumPy integers", lambda: (([np.int64(5), np.int32(3), np.int64(2)], rng_for(10, 2001)),
+                                                      {})))
+    factories = dict(cases)
 
-    def compare(label: str, got: Any, expected: dict) -> None:
+    def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
         assert_array_dict(label, "params", got, expected, rtol=1e-5, atol=1e-7)
+        if list(got) != list(expected):
+            raise CheckFailure(f"[{label}] params has the keys in the order {list(got)}; the contract's order is "
+                               f"{list(expected)} (each layer's weight, then its bias)")
+        ref_args, ref_kwargs = factories[label]()
+        ref.init_model_params(*ref_args, **ref_kwargs)
+        if inputs[0][1].bit_generator.state != ref_args[1].bit_generator.state:
+            raise CheckFailure(f"[{label}] the caller's rng must be advanced by exactly the weights' draws "
+                               "(sum of sizes[l] * sizes[l+1] normals); its state after the call differs from the "
+                               "reference's (a draw skipped or added, or drawn from a copy of rng)")
 
+    rng = lambda: rng_for(0, 1)  # noqa: E731
     invalid = [
-        ("sizes = [4] (no output layer)", BAD, "sizes", lambda: (([4], rng_for(0, 1)), {})),
-        ("a zero width", BAD, "sizes", lambda: (([3, 0, 2], rng_for(0, 1)), {})),
-        ("rng = 0 (a seed, not a Generator)", BAD, "rng", lambda: (([3, 4, 2], 0), {})),
+        ("sizes = [4] (no output layer)", BAD, "sizes", lambda: (([4], rng()), {})),
+        ("a zero width", BAD, "sizes", lambda: (([3, 0, 2], rng()), {})),
+        ("a width True", BAD, "sizes", lambda: (([3, True, 2], rng()), {})),
+        ("a width 4.0 (a float)", BAD, "sizes", lambda: (([3, 4.0, 2], rng()), {})),
+        ("sizes a NumPy array", (TypeError,), "sizes", lambda: ((np.array([3, 4, 2]), rng()), {})),
+        ("sizes a string", (TypeError,), "sizes", lambda: (("342", rng()), {})),
+        ("rng = 0 (a seed, not a Generator)", (TypeError,), "rng", lambda: (([3, 4, 2], 0), {})),
+        ("rng = None", (TypeError,), "rng", lambda: (([3, 4, 2], None), {})),
     ]
-    return run_cases("init_model_params", fn, ref.init_model_params, cases, compare, invalid)
+    return run_cases("init_model_params", fn, ref.init_model_params, cases, compare, invalid,
+                     compare_with_inputs=True)
 
 
 # --- Lesson 2 --------------------------------------------------------------------------------------
@@ -93,16 +112,24 @@ def check_relu(fn: Callable[..., Any]) -> str:
         ("(1, 1) negative", _args(np.array([[-3.0]], np.float32))),
         ("(3, 2, 5) float64", _args(_normal(2, (3, 2, 5), np.float64))),
         ("(7,) float16", _args(_normal(3, (7,), np.float16))),
+        ("(2, 3) with no negative entry (the result is still a new array)",
+         _args(np.abs(_normal(4, (2, 3))) + np.float32(0.5))),
     ]
 
-    def compare(label: str, got: Any, expected: np.ndarray) -> None:
+    def compare(label: str, got: Any, expected: np.ndarray, inputs: Args) -> None:
         assert_array(label, "relu(x)", got, expected, exact=True)
+        if np.shares_memory(got, inputs[0][0]):
+            raise CheckFailure(f"[{label}] relu(x) shares memory with x; it must be a new array (x is never "
+                               "returned or written, even when nothing is negative)")
 
     invalid = [
         ("integer array", BAD, "x", _args(np.array([1, -2]))),
         ("a Python list", BAD, "x", _args([1.0, -2.0])),
+        ("a Python float", BAD, "x", _args(-1.5)),
+        ("a complex array", BAD, "x", _args(np.array([1 + 1j, -2 + 0j]))),
+        ("a boolean array", BAD, "x", _args(np.array([True, False]))),
     ]
-    return run_cases("relu", fn, ref.relu, cases, compare, invalid)
+    return run_cases("relu", fn, ref.relu, cases, compare, invalid, compare_with_inputs=True)
 
 
 # --- Lesson 3 --------------------------------------------------------------------------------------
@@ -112,6 +139,9 @@ def check_model_forward(fn: Callable[..., Any]) -> str:
              for i, (s, n) in enumerate(NETS)]
     cases.append(("float64 parameters and input", _args(_params([3, 4, 2], 30, np.float64),
                                                         _normal(31, (5, 3), np.float64))))
+    X_nan = _normal(32, (3, 4))
+    X_nan[1, 2] = np.nan  # a diverged input: NaN pre-activations must stay NaN through the ReLU
+    cases.append(("a NaN in X (relu keeps NaN: the cache must show it)", _args(_params([4, 5, 5, 3], 33), X_nan)))
 
     def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
         logits, cache = assert_tuple(label, "the result (logits, cache)", got, 2)
@@ -121,10 +151,17 @@ def check_model_forward(fn: Callable[..., Any]) -> str:
             raise CheckFailure(f"[{label}] cache['A0'] must be X itself, not a copy (X already exists)")
 
     p = _params([3, 4, 2], 7)
+    X = _normal(9, (2, 3))
     invalid = [
         ("X has 5 features, W0 expects 3", BAD, "X", _args(p, _normal(8, (2, 5)))),
         ("X is 1-D", BAD, "X", _args(p, _normal(8, (3,)))),
-        ("params without 'b1'", BAD, "params", _args({k: v for k, v in p.items() if k != "b1"}, _normal(9, (2, 3)))),
+        ("X an integer array", BAD, "X", _args(p, np.ones((2, 3), dtype=np.int64))),
+        ("params without 'b1'", BAD, "params", _args({k: v for k, v in p.items() if k != "b1"}, X)),
+        ("params with an extra key 'gamma0'", BAD, "params", _args({**p, "gamma0": np.ones(4, np.float32)}, X)),
+        ("params['W1'] of 5 rows after W0's 4 columns (shapes do not chain)", BAD, "params",
+         _args({**p, "W1": np.ones((5, 2), np.float32)}, X)),
+        ("params['b0'] of shape (1,) for W0's 4 columns (it would broadcast)", BAD, "params",
+         _args({**p, "b0": np.ones(1, np.float32)}, X)),
     ]
     return run_cases("model_forward", fn, ref.model_forward, cases, compare, invalid, compare_with_inputs=True)
 
@@ -149,6 +186,7 @@ def check_softmax(fn: Callable[..., Any]) -> str:
     invalid = [
         ("1-D logits", BAD, "logits", _args(_normal(1, (4,)))),
         ("integer logits", BAD, "logits", _args(np.array([[1, 2]]))),
+        ("a nested Python list", BAD, "logits", _args([[1.0, 2.0], [0.5, -1.0]])),
     ]
     return run_cases("softmax", fn, ref.softmax, cases, compare, invalid)
 
@@ -164,17 +202,38 @@ def check_cross_entropy_loss(fn: Callable[..., Any]) -> str:
         ("two classes, batch 9", _args(_normal(53, (9, 2), std=3.0), _labels(54, 9, 2))),
         ("float64, scale 30", _args(_normal(55, (5, 3), np.float64, 30.0), _labels(56, 5, 3))),
         ("every label the same class", _args(_normal(57, (4, 3)), np.full(4, 2))),
+        # a maximum over the whole batch pushes the second row 2e4 down: its exponentials underflow to 0
+        ("rows at +1e4 and -1e4 (each row's own maximum)",
+         _args(np.array([[1e4, 1e4 - 1.0, 1e4 - 3.0], [-1e4, -1e4 + 2.0, -1e4 + 1.0]], np.float32), np.array([1, 0]))),
+        # two per-example losses of 3e38 are finite in float32, their float32 sum is not: the mean is
+        # accumulated in float64
+        ("two float32 losses of 3e38 (their float32 sum overflows)",
+         _args(np.array([[0.0, -3e38], [-3e38, 0.0]], np.float32), np.array([1, 0]))),
+        ("int32 labels", _args(_normal(58, (5, 3)), np.array([0, 2, 1, 1, 2], dtype=np.int32))),
     ]
 
+    # Each per-example term is computed in the logits' dtype: m + log Σ e^(z - m) - z_y loses about an ulp of
+    # the largest |z| (float32 at 1e4: 1e-3) where log Σ e^(z - m) - (z_y - m) loses nothing; both are correct.
+    atol = {name: 1e-6 + 4 * float(np.max(np.abs(make()[0][0]))) * float(np.finfo(make()[0][0].dtype).eps)
+            for name, make in cases}
+
     def compare(label: str, got: Any, expected: float) -> None:
-        assert_scalar(label, "loss", got, expected, rtol=1e-5, atol=1e-6)
+        assert_scalar(label, "loss", got, expected, rtol=1e-5, atol=atol[label])
+        if type(got) is not float:
+            raise CheckFailure(f"[{label}] the loss must be a Python float (float(...)), got {type(got).__name__}")
 
     logits = _normal(1, (3, 4))
     invalid = [
         ("a label equal to the number of classes", (ValueError,), "y", _args(logits, np.array([0, 4, 1]))),
         ("a negative label", (ValueError,), "y", _args(logits, np.array([0, -1, 1]))),
         ("float labels", BAD, "y", _args(logits, np.array([0.0, 1.0, 2.0]))),
+        ("boolean labels", BAD, "y", _args(logits, np.array([True, False, True]))),
+        ("labels as a Python list", BAD, "y", _args(logits, [0, 1, 2])),
+        ("labels of shape (3, 1)", BAD, "y", _args(logits, np.array([[0], [1], [2]]))),
         ("2 labels for 3 examples", BAD, "y", _args(logits, np.array([0, 1]))),
+        ("integer logits", BAD, "logits", _args(np.array([[1, 2], [3, 4]]), np.array([0, 1]))),
+        ("empty logits (0 examples)", BAD, "logits", _args(np.zeros((0, 3), np.float32), np.zeros(0, np.int64))),
+        ("1-D logits", BAD, "logits", _args(logits[0].copy(), np.array([1]))),
     ]
     return run_cases("cross_entropy_loss", fn, ref.cross_entropy_loss, cases, compare, invalid)
 
@@ -198,13 +257,20 @@ def check_model_backward(fn: Callable[..., Any]) -> str:
 
     def compare(label: str, got: Any, expected: dict) -> None:
         assert_array_dict(label, "grads", got, expected)
+        if list(got) != list(expected):
+            raise CheckFailure(f"[{label}] grads has the keys in the order {list(got)}; the contract asks for "
+                               f"params' order {list(expected)}")
 
     p = _params([3, 4, 2], 7)
     _, cache = ref.model_forward(p, _normal(8, (5, 3)))
+    y = np.array([0, 1, 1, 0, 1])
     invalid = [
         ("a label out of range", (ValueError,), "y", _args(p, cache, np.array([0, 1, 2, 0, 1]))),
+        ("a negative label", (ValueError,), "y", _args(p, cache, np.array([0, 1, -1, 0, 1]))),
+        ("float labels", BAD, "y", _args(p, cache, y.astype(np.float64))),
         ("4 labels for 5 examples", BAD, "y", _args(p, cache, np.array([0, 1, 0, 1]))),
-        ("cache without 'logits'", BAD, "cache", _args(p, {k: v for k, v in cache.items() if k != "logits"},
-                                                      np.zeros(5, np.int64))),
+        ("cache without 'logits'", BAD, "cache", _args(p, {k: v for k, v in cache.items() if k != "logits"}, y)),
+        ("cache with an extra key 'A2'", BAD, "cache", _args(p, {**cache, "A2": cache["A1"]}, y)),
+        ("params without 'b0'", BAD, "params", _args({k: v for k, v in p.items() if k != "b0"}, cache, y)),
     ]
     return run_cases("model_backward", fn, ref.model_backward, cases, compare, invalid)
