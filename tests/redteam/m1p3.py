@@ -528,15 +528,12 @@ MUTANTS = {
     "mlp_forward_checkpointed": [
         ("keeps every activation during the loop, hands back only a[::s] (contract: the pass peaks at the "
          "boundaries plus about three activations)", _fc_keeps_all_then_drops),
-        ("rejects np.int64 segment_size (contract: 'an integer'; ambiguous for NumPy ints)", _fc_rejects_numpy_int),
         ("accepts segment_size=2.0 (contract: non-integer -> TypeError)", _fc_accepts_integral_float),
         ("layer dicts with extra keys accepted (contract: exactly the keys 'W' and 'b')", _fc_extra_layer_keys),
         ("widths that do not chain are not validated (contract: widths must chain)", _fc_no_chain_check),
-        ("accepts an integer X (contract: X a 2-D floating-point array)", _fc_accepts_int_x),
         ("np.einsum instead of linear_forward (contract: bit-identical to the plain pass)", _fc_einsum),
     ],
     "recompute_block_activations": [
-        ("accepts start=True (contract: non-integer bounds raise TypeError)", _rc_accepts_bool),
         ("accepts start=1.0 / stop=3.0 (contract: non-integer bounds raise TypeError)", _rc_accepts_integral_float),
         ("result['a'] is a tuple (contract: a list)", _rc_tuple),
         ("accepts an integer x_in (contract: x_in a 2-D floating-point array)", _rc_accepts_int_x),
@@ -569,20 +566,39 @@ MUTANTS = {
          _est_equal_width_flops),
         ("FLOPs of the wrong layers: skips each segment's first layer, not its last (contract: R_s)",
          _est_wrong_layers_flops),
-        ("accepts bools as integers (contract: reject bools)", _est_accepts_bool),
-        ("bytes_per_elem never validated (contract: an integer >= 1)", _est_no_bpe_check),
         ("saved_bytes = abs(plain - ckpt) (contract: negative when checkpointing costs memory)", _est_abs_saved),
         ("batch validated before segment_size (contract: validate in this order)", _est_batch_first),
         ("optimal_segment_size = round(sqrt(L)) without a search (contract: search s = 1..L)", _est_sqrt_rule),
     ],
 }
 
+# Three entries moved here from MUTANTS: the functions they call refuse the input anyway, with the error
+# and the name the contract asks for (linear_forward: TypeError naming X; checkpointing_memory_timeline:
+# TypeError/ValueError naming batch, segment_size or bytes_per_elem, in the contract's order).
 ALTERNATIVES = {
-    "mlp_forward_checkpointed": [("boundary appended before running each segment's first layer",
-                                  _fc_alt_append_before_layer)],
+    "mlp_forward_checkpointed": [
+        ("boundary appended before running each segment's first layer", _fc_alt_append_before_layer),
+        ("X's dtype left to linear_forward, which raises TypeError naming X", _fc_accepts_int_x),
+    ],
     "recompute_block_activations": [("while loop until the list has stop - start arrays", _rc_alt_while)],
     "mlp_backward_checkpointed": [("inline per-layer arithmetic (same operations) with its own rebuild",
                                    _bc_alt_inline)],
-    "estimate_checkpointing_memory_savings": [("a dict of every peak, min over (peak, s), recomputed set by "
-                                               "index test", _est_alt_table)],
+    "estimate_checkpointing_memory_savings": [
+        ("a dict of every peak, min over (peak, s), recomputed set by index test", _est_alt_table),
+        ("bools left to checkpointing_memory_timeline, which refuses them (TypeError naming the argument)",
+         _est_accepts_bool),
+        ("bytes_per_elem left to checkpointing_memory_timeline, which validates it (naming bytes_per_elem)",
+         _est_no_bpe_check),
+    ],
+}
+
+DISPUTED = {
+    "mlp_forward_checkpointed": [
+        ("rejects np.int64 segment_size (contract: 'an integer'; ambiguous for NumPy ints)",
+         "Lesson 15's table says `int` and its text 'an integer (not a bool)': `type(s) is int` is a fair reading"),
+    ],
+    "recompute_block_activations": [
+        ("accepts start=True (contract: non-integer bounds raise TypeError)",
+         "Lesson 16 refuses only non-integer bounds and, unlike Lesson 15, does not exclude bool (an int subclass)"),
+    ],
 }

@@ -21,9 +21,17 @@ from trainsys.grading._harness import (
     CheckFailure,
     assert_array,
     assert_tuple,
+    passed,
+    peak_of_call,
+    quiet,
     run_cases,
 )
 from trainsys.memtrain import checkpointing as ref
+from trainsys.memtrain.measure import peak_memory_bytes
+
+TE = (TypeError,)
+"""The contract says TypeError (a float such as ``2.0``, or a ``bool``, where an integer is required)."""
+VE = (ValueError,)
 
 __all__ = [
     "check_mlp_forward_checkpointed",
@@ -49,7 +57,40 @@ NETS = [  # (widths, batch, segment sizes to try)
     ([4, 8, 8, 8, 8, 8, 8, 8, 8, 3], 6, [3, 4, 9]),
     ([2, 3], 1, [1]),
     ([5, 7, 6, 1], 3, [2]),
+    # odd widths above the BLAS kernel's blocking: another summation order (a bias folded into the
+    # product, einsum) changes the last bits here, so "bit for bit" means the same operations
+    ([33, 129, 65, 257, 2], 7, [2]),
 ]
+
+
+def _unchanged(case: str, what: str, before: Any, after: Any) -> None:
+    """Inputs are read only — including arrays inside lists (layer lists, the list of boundaries)."""
+    if isinstance(before, dict):
+        for key in before:
+            _unchanged(case, f"{what}[{key!r}]", before[key], after[key])
+    elif isinstance(before, (list, tuple)):
+        for i, (old, new) in enumerate(zip(before, after)):
+            _unchanged(case, f"{what}[{i}]", old, new)
+    elif isinstance(before, np.ndarray) and not np.array_equal(before, after, equal_nan=True):
+        raise CheckFailure(f"[{case}] the function modified its input {what} in place; the contract says it is "
+                           "only read (write into new arrays, never into a boundary or a parameter)")
+
+
+def _peak_case(fn: Callable[..., Any], label: str, reference: Callable[..., Any], args: tuple, factor: float,
+               slack: int, advice: str) -> None:
+    """Fail when the student's peak exceeds ``factor`` times the reference's (in-process) plus ``slack``."""
+    with quiet():
+        _, expected = peak_memory_bytes(reference, *args)
+        _, got = peak_of_call(fn, label, *args)
+    limit = factor * expected + slack
+    if got > limit:
+        raise CheckFailure(f"[{label}] peak memory {got / 2**20:.2f} MiB, expected at most {limit / 2**20:.2f} MiB "
+                           f"(the reference needs {expected / 2**20:.2f} MiB): {advice}")
+
+
+# Activations dominate: 12 hidden layers of width 128 on a batch of 2048, 1 MiB per activation; the
+# parameters are 64 KiB per layer. Segments of 4 layers.
+DEEP = ([16] + [128] * 12 + [4], 2048, 4)
 
 
 def _array_list(label: str, what: str, got: Any, expected: list[np.ndarray]) -> None:
@@ -80,13 +121,32 @@ def check_mlp_forward_checkpointed(fn: Callable[..., Any]) -> str:
             raise CheckFailure(f"[{label}] boundaries[0] must be X itself, not a copy (X already exists)")
 
     params, X = _net([3, 4, 4, 2], 2, 9)
+    extra = [dict(layer) for layer in params]
+    extra[1]["gamma"] = np.ones(4, np.float32)
+    broken = [dict(layer) for layer in params]
+    broken[1] = {"W": np.ones((5, 4), np.float32), "b": np.zeros(4, np.float32)}  # layer 0 outputs 4, not 5
     invalid = [
-        ("segment_size = 0", BAD, "segment_size", _fixed(params, X, 0)),
-        ("segment_size = 4 > L = 3", BAD, "segment_size", _fixed(params, X, 4)),
-        ("X with 5 features", BAD, "X", _fixed(params, np.ones((2, 5), np.float32), 1)),
+        ("segment_size = 0", VE, "segment_size", _fixed(params, X, 0)),
+        ("segment_size = 4 > L = 3", VE, "segment_size", _fixed(params, X, 4)),
+        ("segment_size = 2.0", TE, "segment_size", _fixed(params, X, 2.0)),
+        ("segment_size = True", TE, "segment_size", _fixed(params, X, True)),
+        ("X with 5 features", VE, "X", _fixed(params, np.ones((2, 5), np.float32), 1)),
+        ("integer X", BAD, "X", _fixed(params, np.ones((2, 3), np.int64), 1)),
+        ("params[1] with an extra key 'gamma'", BAD, "params", _fixed(extra, X, 1)),
+        ("params[1]['W'] has 5 rows, layer 0 outputs 4 (widths do not chain)", BAD, "params", _fixed(broken, X, 1)),
     ]
-    return run_cases("mlp_forward_checkpointed", fn, ref.mlp_forward_checkpointed, cases, compare, invalid,
-                     compare_with_inputs=True)
+    count = run_cases("mlp_forward_checkpointed", fn, ref.mlp_forward_checkpointed, cases, compare, invalid,
+                      compare_with_inputs=True, unchanged=_unchanged, count_only=True)
+    widths, n, s = DEEP
+    params, X = _net(widths, n, 60)
+    # The reference holds the boundaries (1 MiB each, a_4 and a_8 here) plus the layer being run: about
+    # 5 MiB. Appending each boundary before its segment runs holds one more for a while (6 MiB); keeping
+    # every activation during the loop holds all 12 (13 MiB). Limit: 1.5 times plus 256 KiB.
+    _peak_case(fn, f"memory: widths [16] + [128] * 12 + [4], batch={n}, segment_size={s}",
+               ref.mlp_forward_checkpointed, (params, X, s), 1.5, 2**18,
+               "activations that are not boundaries are kept alive during the pass; keep a reference only to "
+               "the input of each segment and let every other activation go once the next layer has read it")
+    return passed("mlp_forward_checkpointed", count + 1)
 
 
 # --- Lesson 16 -------------------------------------------------------------------------------------
@@ -113,10 +173,16 @@ def check_recompute_block_activations(fn: Callable[..., Any]) -> str:
     invalid = [
         ("start = stop = 1", BAD, "stop", _fixed(params, np.ones((2, 4), np.float32), 1, 1)),
         ("stop = 4 > L = 3", BAD, "stop", _fixed(params, X, 0, 4)),
-        ("x_in with the wrong width for layer 1", BAD, "x_in", _fixed(params, X, 1, 3)),
+        ("x_in with the wrong width for layer 1", VE, "x_in", _fixed(params, X, 1, 3)),
+        ("start = L = 3 (start is out of [0, L-1], whatever stop is)", BAD, "start", _fixed(params, X, 3, 4)),
+        ("start = -1: the bounds are checked before x_in's width", BAD, "start", _fixed(params, X, -1, 2)),
+        ("start = 5: the bounds are checked before params[start] is read", BAD, "start", _fixed(params, X, 5, 6)),
+        ("start = 1.0, stop = 3.0", TE, "start", _fixed(params, np.ones((2, 4), np.float32), 1.0, 3.0)),
+        ("stop = 3.0", TE, "stop", _fixed(params, X, 0, 3.0)),
+        ("integer x_in", BAD, "x_in", _fixed(params, np.ones((2, 3), np.int64), 0, 2)),
     ]
     return run_cases("recompute_block_activations", fn, ref.recompute_block_activations, cases, compare, invalid,
-                     compare_with_inputs=True)
+                     compare_with_inputs=True, unchanged=_unchanged)
 
 
 # --- Lesson 17 -------------------------------------------------------------------------------------
@@ -142,6 +208,9 @@ def check_mlp_backward_checkpointed(fn: Callable[..., Any]) -> str:
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count != expected[1]:
             raise CheckFailure(f"[{label}] recomputed_layers is {count!r}, expected {expected[1]} (each segment "
                                "rebuilds its activations once; its last layer's output is the next boundary)")
+        if type(count) is not int:
+            raise CheckFailure(f"[{label}] recomputed_layers must be a Python int, got "
+                               f"{type(count).__module__}.{type(count).__name__} (convert with int(...))")
 
     params, X = _net([3, 4, 4, 2], 2, 9)
     _, ckpt = ref.mlp_forward_checkpointed(params, X, 2)
@@ -149,8 +218,41 @@ def check_mlp_backward_checkpointed(fn: Callable[..., Any]) -> str:
         ("dY_hat with 3 output columns for 2", BAD, "dY_hat", _fixed(params, ckpt, np.ones((2, 3), np.float32))),
         ("a boundary missing from the cache", BAD, "boundaries",
          _fixed(params, {"segment_size": 2, "boundaries": ckpt["boundaries"][:1]}, np.ones((2, 2), np.float32))),
+        ("segment_size = 5 > L = 3 (one boundary, as ceil(3/5) = 1 would allow)", BAD, "segment_size",
+         _fixed(params, {"segment_size": 5, "boundaries": ckpt["boundaries"][:1]}, np.ones((2, 2), np.float32))),
     ]
-    return run_cases("mlp_backward_checkpointed", fn, ref.mlp_backward_checkpointed, cases, compare, invalid)
+    count = run_cases("mlp_backward_checkpointed", fn, ref.mlp_backward_checkpointed, cases, compare, invalid,
+                      unchanged=_unchanged, count_only=True)
+    _check_backward_memory(fn)
+    return passed("mlp_backward_checkpointed", count + 2)
+
+
+def _check_backward_memory(fn: Callable[..., Any]) -> None:
+    """One segment rebuilt at a time, dropped before the next; no gradient for the data.
+
+    Deep network (``DEEP``): the boundaries are the caller's (not counted); the reference holds one
+    rebuilt segment (3 activations of 1 MiB), the working set of one layer's backward step and the
+    gradients made so far: about 8 MiB. A correct answer that rebuilds before dropping the previous
+    segment, or inlines the arithmetic, measures 0.9 to 1.1 times that; keeping every rebuilt segment,
+    rebuilding each segment from X or a plain pass needs 1.7 to 2 times. Limit: 1.3 times plus 256 KiB. Wide input (2048 features, 16 hidden): the reference needs about 0.4 MiB; a data gradient dX
+    would be an 8 MiB (1024, 2048) array. Limit: twice the reference plus 1 MiB (small arrays, so a wider
+    allowance for the allocator and the sandbox's measurement).
+    """
+    widths, n, s = DEEP
+    params, X = _net(widths, n, 61)
+    dY = np.random.default_rng(62).standard_normal((n, widths[-1])).astype(np.float32)
+    _, ckpt = ref.mlp_forward_checkpointed(params, X, s)
+    _peak_case(fn, f"memory: widths [16] + [128] * 12 + [4], batch={n}, segment_size={s}",
+               ref.mlp_backward_checkpointed, (params, ckpt, dY), 1.3, 2**18,
+               "more than one segment's activations are alive: rebuild a segment from its own boundary, "
+               "back-propagate through it, and drop it before rebuilding the next")
+    params, X = _net([2048, 16, 16, 4], 1024, 63)
+    dY = np.random.default_rng(64).standard_normal((1024, 4)).astype(np.float32)
+    _, ckpt = ref.mlp_forward_checkpointed(params, X, 3)
+    _peak_case(fn, "memory: widths [2048, 16, 16, 4], batch=1024, segment_size=3 (a wide input)",
+               ref.mlp_backward_checkpointed, (params, ckpt, dY), 2.0, 2**20,
+               "an array as large as X was allocated: layer 0 needs only dW and db — use first_linear_backward, "
+               "which does not compute the data gradient dX")
 
 
 # --- Lesson 18 -------------------------------------------------------------------------------------
@@ -161,6 +263,8 @@ def check_estimate_checkpointing_memory_savings(fn: Callable[..., Any]) -> str:
     cases = [(f"widths of {len(w) - 1} layers, batch={n}, segment_size={s}", _fixed(w, n, s, 4))
              for w, n, s in configs]
     cases.append(("float16 bytes (bytes_per_elem=2)", _fixed([16] + [96] * 9 + [3], 300, 3, 2)))
+    cases.append(("uneven widths where checkpointing costs memory (saved_bytes < 0)",
+                  _fixed([10, 200, 50, 300, 20, 5], 32, 3, 4)))
 
     def compare(label: str, got: Any, expected: dict) -> None:
         if not isinstance(got, dict) or set(got) != set(expected):
@@ -177,6 +281,12 @@ def check_estimate_checkpointing_memory_savings(fn: Callable[..., Any]) -> str:
         ("segment_size = 3 > L = 2", BAD, "segment_size", _fixed([4, 8, 2], 16, 3, 4)),
         ("batch = 0", BAD, "batch", _fixed([4, 8, 2], 0, 1, 4)),
         ("a single width", BAD, "layer_widths", _fixed([4], 16, 1, 4)),
+        ("segment_size = 0 and batch = 0: segment_size is validated first", BAD, "segment_size",
+         _fixed([4, 8, 2], 0, 0, 4)),
+        ("batch = True (bools are refused)", TE, "batch", _fixed([4, 8, 2], True, 1, 4)),
+        ("batch = 16.0", TE, "batch", _fixed([4, 8, 2], 16.0, 1, 4)),
+        ("bytes_per_elem = 0", BAD, "bytes_per_elem", _fixed([4, 8, 2], 16, 1, 0)),
+        ("bytes_per_elem = 4.0", TE, "bytes_per_elem", _fixed([4, 8, 2], 16, 1, 4.0)),
     ]
     return run_cases("estimate_checkpointing_memory_savings", fn, ref.estimate_checkpointing_memory_savings,
                      cases, compare, invalid)
