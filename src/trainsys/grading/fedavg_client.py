@@ -17,7 +17,7 @@ import torch
 from trainsys.fedavg import client as ref
 from trainsys.fedavg import data as ref_data
 from trainsys.fedavg import model as ref_model
-from trainsys.grading._harness import CheckFailure, assert_tuple, passed
+from trainsys.grading._harness import CheckFailure, assert_tuple, expect_raises, passed, quiet
 from trainsys.grading._torch_harness import (
     BAD,
     assert_equal,
@@ -30,6 +30,7 @@ from trainsys.grading._torch_harness import (
     row_index,
     rows_to_indices,
     run_torch_cases,
+    training_flags,
 )
 
 __all__ = [
@@ -56,11 +57,58 @@ def _batch(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return DATA.features[idx], DATA.labels[idx]
 
 
+def _grads_come_back(fn: Callable[..., Any]) -> bool:
+    """Whether the ``.grad`` a call leaves on the caller's model can be inspected: not when ``fn`` runs in the
+    grading sandbox (it has ``peak_memory``), whose data-only channel carries parameters, buffers and modes
+    but no ``.grad`` — there the ``.grad`` clauses are checked in the notebook kernel only."""
+    return getattr(fn, "peak_memory", None) is None
+
+
+def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor | None]:
+    """Copies of every parameter's ``.grad`` (``None`` kept)."""
+    return {name: None if p.grad is None else p.grad.detach().clone() for name, p in model.named_parameters()}
+
+
+def _assert_grads(label: str, got: dict, expected: dict) -> None:
+    """Each ``.grad`` must be this batch's gradient; where the reference has none, None or zeros pass."""
+    for name, want in expected.items():
+        have = got.get(name)
+        if want is None:
+            if have is not None and bool(have.abs().max() > 0):
+                raise CheckFailure(f"[{label}] {name}.grad should hold no gradient (the parameter receives none), "
+                                   "but holds non-zero values")
+            continue
+        if have is None:
+            raise CheckFailure(f"[{label}] {name}.grad is None after the call; each .grad must be replaced by "
+                               "this batch's gradient (loss.backward() after clearing the stale one)")
+        assert_tensor(label, f"{name}.grad after the call (this batch's gradient)", have, want, rtol=1e-4, atol=1e-7)
+
+
+def _refused_untouched(fn: Callable[..., Any], label: str, argument: str, model: torch.nn.Module, *args: Any) -> None:
+    """``fn(model, *args)`` must refuse its input, naming ``argument``, before the model changes at all."""
+    state, flags, grads = model_state(model), training_flags(model), _grads(model)
+    with quiet():
+        expect_raises(fn, label, BAD, argument, model, *args)
+    if training_flags(model) != flags:
+        raise CheckFailure(f"[{label}] the model's training/eval mode changed although the input was refused: "
+                           "validate every argument before touching the model")
+    now = _grads(model) if _grads_come_back(fn) else grads
+    for name, g in grads.items():
+        if (g is None) != (now[name] is None) or (g is not None and not torch.equal(g, now[name])):
+            raise CheckFailure(f"[{label}] {name}.grad changed although the input was refused: validate every "
+                               "argument before touching the model")
+    for key, tensor in model_state(model).items():
+        if not torch.equal(tensor, state[key]):
+            raise CheckFailure(f"[{label}] state_dict()[{key!r}] changed although the input was refused")
+
+
 # --- Lesson 7 --------------------------------------------------------------------------------------
 def check_make_client_batches(fn: Callable[..., Any]) -> str:
     """Batch sizes B, …, B, n_k mod B; the client's examples once each; shuffled from the seed."""
     setups = [(10, 3, 0), (12, 4, 1), (7, None, 2), (5, 10, 3), (1, 1, 4), (9, 9, 5)]
     cases = [(f"n_k={n}, batch_size={b}, seed={s}", fixed(DATA, _indices(n, 10 + s), b, s)) for n, b, s in setups]
+    unsorted = _indices(11, 16)[torch.randperm(11, generator=torch.Generator().manual_seed(3))]
+    cases.append(("n_k=11 indices given unsorted, batch_size=4, seed=6", fixed(DATA, unsorted, 4, 6)))
     lookup = row_index(DATA)
 
     def order(label: str, got: Any, expected: list, idx: torch.Tensor) -> list[int]:
@@ -78,7 +126,7 @@ def check_make_client_batches(fn: Callable[..., Any]) -> str:
             rows = rows_to_indices(label, f"X of batch {i}", lookup, X)
             assert_tensor(label, f"y of batch {i}", y, DATA.labels[rows], exact=True)
             seen += rows
-        if sorted(seen) != idx.tolist():
+        if sorted(seen) != sorted(idx.tolist()):
             raise CheckFailure(f"[{label}] the batches must hold each of the client's examples exactly once")
         return seen
 
@@ -87,6 +135,11 @@ def check_make_client_batches(fn: Callable[..., Any]) -> str:
         seen = order(label, got, expected, idx)
         if len(seen) >= 6 and seen == idx.tolist():
             raise CheckFailure(f"[{label}] the batches follow the original order: shuffle each epoch")
+        want = [i for X, _ in expected for i in rows_to_indices(label, "the reference", lookup, X)]
+        if seen != want:
+            raise CheckFailure(f"[{label}] the examples come in the order {seen[:8]}..., the contract's order is "
+                               f"{want[:8]}...: order = indices[torch.randperm(n_k, generator=g)] on indices as "
+                               "given (not sorted), with g = torch.Generator().manual_seed(seed)")
         if order(label, guarded(fn, label, data, idx.clone(), b, seed), expected, idx) != seen:
             raise CheckFailure(f"[{label}] the same seed must give the same batches")
         if len(seen) >= 6 and order(label, guarded(fn, label, data, idx.clone(), b, seed + 1), expected, idx) == seen:
@@ -98,6 +151,13 @@ def check_make_client_batches(fn: Callable[..., Any]) -> str:
         ("an index out of range", BAD, "indices", fixed(DATA, torch.tensor([0, 40]), 2, 0)),
         ("empty indices", BAD, "indices", fixed(DATA, torch.tensor([], dtype=torch.int64), 2, 0)),
         ("float indices", BAD, "indices", fixed(DATA, idx.float(), 2, 0)),
+        ("int32 indices", BAD, "indices", fixed(DATA, idx.to(torch.int32), 2, 0)),
+        ("a negative index (-1)", BAD, "indices", fixed(DATA, torch.tensor([0, -1]), 2, 0)),
+        ("batch_size = True (a bool is not an integer here)", BAD, "batch_size", fixed(DATA, idx, True, 0)),
+        ("batch_size = 3.0 (a float)", BAD, "batch_size", fixed(DATA, idx, 3.0, 0)),
+        ("seed = -1", BAD, "seed", fixed(DATA, idx, 2, -1)),
+        ("seed = 2**63 (above 2**63 - 1)", BAD, "seed", fixed(DATA, idx, 2, 2**63)),
+        ("dataset is a (features, labels) tuple", BAD, "dataset", fixed((DATA.features, DATA.labels), idx, 2, 0)),
     ]
     return run_torch_cases("make_client_batches", fn, ref.make_client_batches, cases, compare, invalid,
                            compare_with_inputs=True)
@@ -110,6 +170,11 @@ def check_compute_batch_loss(fn: Callable[..., Any]) -> str:
     cases = [(f"batch of {n}", fixed(_model(s), _batch(n, s))) for n, s in setups]
     bn = _model(7, batch_norm=True).eval()
     cases.append(("BatchNorm model in eval mode, batch of 6", fixed(bn, _batch(6, 7))))
+    huge = _model(8)
+    with torch.no_grad():
+        huge[2].bias += torch.tensor([1000.0, -1000.0, 0.0])  # logits near +1000, -1000 and 0
+    cases.append(("logits of about +1000 and -1000 (the loss must stay finite)", fixed(huge, _batch(6, 8))))
+    cases.append(("batch given as a list [X, y]", fixed(_model(9), list(_batch(4, 9)))))
 
     def compare(label: str, got: Any, expected: torch.Tensor, inputs: Any) -> None:
         model, batch = inputs[0]
@@ -118,6 +183,9 @@ def check_compute_batch_loss(fn: Callable[..., Any]) -> str:
                                f"{type(got).__name__}{'' if not isinstance(got, torch.Tensor) else tuple(got.shape)}")
         if got.grad_fn is None:
             raise CheckFailure(f"[{label}] the loss has no graph: do not call .item() or detach it")
+        if got.dtype != expected.dtype:
+            raise CheckFailure(f"[{label}] the loss has dtype {got.dtype}, expected {expected.dtype} (the logits' "
+                               "dtype, as F.cross_entropy returns it)")
         assert_real(label, "the loss", got.detach(), float(expected.detach()), rtol=1e-5, atol=1e-7)
         try:
             grads = torch.autograd.grad(got, list(model.parameters()), allow_unused=True)
@@ -136,15 +204,34 @@ def check_compute_batch_loss(fn: Callable[..., Any]) -> str:
         ("float labels", BAD, "batch", fixed(_model(0), (_batch(3, 0)[0], torch.tensor([0.0, 1.0, 2.0])))),
         ("3 rows of X, 2 labels", BAD, "batch", fixed(_model(0), (_batch(3, 0)[0], torch.tensor([0, 1])))),
         ("model is a function", BAD, "model", fixed(lambda x: x, _batch(3, 0))),
+        ("a label equal to -1", BAD, "batch", fixed(_model(0), (_batch(3, 0)[0], torch.tensor([0, -1, 2])))),
+        ("int32 labels", BAD, "batch", fixed(_model(0), (_batch(3, 0)[0], torch.tensor([0, 1, 2], dtype=torch.int32)))),
+        ("an empty batch (0 rows)", BAD, "batch", fixed(_model(0), (torch.zeros(0, 4), torch.zeros(0, dtype=torch.int64)))),
+        ("batch = (X, y, extra), not a pair", BAD, "batch", fixed(_model(0), (*_batch(3, 0), torch.ones(3)))),
+        ("labels of shape (3, 1), not (3,)", BAD, "batch", fixed(_model(0), (_batch(3, 0)[0], torch.tensor([[0], [1], [2]])))),
     ]
-    return run_torch_cases("compute_batch_loss", fn, ref.compute_batch_loss, cases, compare, invalid,
-                           compare_with_inputs=True)
+    count = run_torch_cases("compute_batch_loss", fn, ref.compute_batch_loss, cases, compare, invalid,
+                            compare_with_inputs=True, count_only=True)
+
+    def reference_with_state(model: torch.nn.Module, batch: Any) -> tuple:
+        return ref.compute_batch_loss(model, batch), model_state(model)
+
+    def compare_training(label: str, got: Any, expected: tuple, inputs: Any) -> None:
+        compare(label, got, expected[0], inputs)
+        assert_state(label, "the model after the call (BatchNorm statistics updated by exactly one forward pass)",
+                     model_state(inputs[0][0]), expected[1], rtol=1e-5, atol=1e-7)
+
+    training = [("BatchNorm model in training mode, batch of 8",
+                 fixed(_model(10, batch_norm=True).train(), _batch(8, 10)))]
+    count += run_torch_cases("compute_batch_loss", fn, reference_with_state, training, compare_training,
+                             mutable=(0,), compare_with_inputs=True, count_only=True)
+    return passed("compute_batch_loss", count)
 
 
 # --- Lesson 9 --------------------------------------------------------------------------------------
 def _with_state(step: Callable[..., Any]) -> Callable[..., Any]:
-    def run(model: torch.nn.Module, batch: Any, lr: float) -> tuple[Any, dict]:
-        return step(model, batch, lr), model_state(model)
+    def run(model: torch.nn.Module, batch: Any, lr: float) -> tuple[Any, dict, dict, list]:
+        return step(model, batch, lr), model_state(model), _grads(model), training_flags(model)
     return run
 
 
@@ -166,16 +253,33 @@ def check_local_sgd_step(fn: Callable[..., Any]) -> str:
     def stale_case() -> Any:
         return (_stale(_model(3)), _batch(8, 3), 0.5), {}
 
+    def frozen_case() -> Any:
+        model = _stale(_model(5))
+        model[0].bias.requires_grad_(False)
+        model[0].bias.grad = None  # a frozen parameter: it receives no gradient and must not move
+        return (model, _batch(6, 5), 0.2), {}
+
     cases = [
         ("batch of 5, lr=0.1", fixed(_model(0), _batch(5, 0), 0.1)),
         ("batch of 1, lr=1.0", fixed(_model(1), _batch(1, 1), 1.0)),
         ("BatchNorm model in training mode, batch of 8", fixed(_model(2, batch_norm=True).train(), _batch(8, 2), 0.3)),
         ("stale .grad left on the parameters", stale_case),
+        ("BatchNorm model in eval mode (the mode is left as found), batch of 8",
+         fixed(_model(6, batch_norm=True).eval(), _batch(8, 6), 0.3)),
+        ("0.bias frozen (requires_grad=False), stale .grad on the others", frozen_case),
     ]
 
     def compare(label: str, got: Any, expected: tuple, inputs: Any) -> None:
+        if type(got) is not float:
+            raise CheckFailure(f"[{label}] must return a Python float (float(loss)), got {type(got).__name__}")
         assert_real(label, "the returned loss (before the step)", got, float(expected[0]), rtol=1e-5, atol=1e-7)
-        assert_state(label, "the model's state after the step", model_state(inputs[0][0]), expected[1], **TRAIN_TOL)
+        model = inputs[0][0]
+        assert_state(label, "the model's state after the step", model_state(model), expected[1], **TRAIN_TOL)
+        if training_flags(model) != expected[3]:
+            raise CheckFailure(f"[{label}] the model's training/eval mode changed: leave the mode as found "
+                               f"(expected {expected[3]}, got {training_flags(model)} for model.modules())")
+        if _grads_come_back(fn):
+            _assert_grads(label, _grads(model), expected[2])
 
     count = run_torch_cases("local_sgd_step", fn, _with_state(ref.local_sgd_step), cases, compare,
                             mutable=(0,), compare_with_inputs=True, count_only=True)
@@ -194,9 +298,14 @@ def check_local_sgd_step(fn: Callable[..., Any]) -> str:
         ("lr = -0.1", BAD, "lr", fixed(_model(0), _batch(3, 0), -0.1)),
         ("lr = nan", BAD, "lr", fixed(_model(0), _batch(3, 0), float("nan"))),
         ("batch labels out of range", BAD, "batch", fixed(_model(0), (_batch(2, 0)[0], torch.tensor([0, 5])), 0.1)),
+        ("lr = True (a bool is not a real number here)", BAD, "lr", fixed(_model(0), _batch(3, 0), True)),
+        ("lr = inf", BAD, "lr", fixed(_model(0), _batch(3, 0), float("inf"))),
     ]
     count += run_torch_cases("local_sgd_step", fn, ref.local_sgd_step, [], None, invalid, count_only=True)
-    return passed("local_sgd_step", count)
+    for bad_lr in (0.0, float("inf")):
+        _refused_untouched(fn, f"lr = {bad_lr} with stale .grad on an eval-mode model (refused before anything "
+                           "is touched)", "lr", _stale(_model(11)).eval(), _batch(4, 11), bad_lr)
+    return passed("local_sgd_step", count + 2)
 
 
 # --- Lesson 10 -------------------------------------------------------------------------------------
@@ -218,6 +327,12 @@ def check_train_client_locally(fn: Callable[..., Any]) -> str:
     ]
     cases = [(f"n_k={n}, epochs={e}, batch_size={b}, lr={lr}, momentum={mo}{', BatchNorm' if bn else ''}",
               fixed(_model(s, bn), DATA, _indices(n, s), e, b, lr, s, mo)) for n, e, b, lr, s, mo, bn in setups]
+    cases += [
+        ("BatchNorm model handed over in eval mode (it must be trained, and left, in training mode)",
+         fixed(_model(12, True).eval(), DATA, _indices(8, 12), 2, 4, 0.1, 12, 0.0)),
+        ("momentum=0.9 on a model that carries stale .grad (zero_grad before each step)",  # deepcopy drops .grad
+         lambda: ((_stale(_model(13)), DATA, _indices(10, 13), 2, 3, 0.1, 13, 0.9), {})),
+    ]
 
     def compare(label: str, got: Any, expected: tuple, inputs: Any) -> None:
         for i in range(2):
@@ -233,10 +348,14 @@ def check_train_client_locally(fn: Callable[..., Any]) -> str:
                 raise CheckFailure(f"[{label}] {who}: epoch_losses must be a list of {len(want['epoch_losses'])} "
                                    f"floats, got {losses!r}")
             for e, (l, w) in enumerate(zip(losses, want["epoch_losses"])):
+                if type(l) is not float:
+                    raise CheckFailure(f"[{label}] {who}: epoch_losses[{e}] must be a Python float, got "
+                                       f"{type(l).__name__}")
                 assert_real(label, f"{who}: epoch_losses[{e}]", l, w, rtol=1e-4, atol=1e-6)
             assert_state(label, f"{who}: the model after training", got[2 + i], expected[2 + i], **TRAIN_TOL)
-        if not inputs[0][0].training:
-            raise CheckFailure(f"[{label}] the model must be left in training mode")
+        if not all(training_flags(inputs[0][0])):
+            raise CheckFailure(f"[{label}] the model must be put in training mode and left there "
+                               "(model.train(), not restored afterwards)")
 
     count = run_torch_cases("train_client_locally", _two_clients(fn), _two_clients(ref.train_client_locally),
                             cases, compare, mutable=(0,), compare_with_inputs=True, count_only=True)
@@ -247,7 +366,17 @@ def check_train_client_locally(fn: Callable[..., Any]) -> str:
         ("lr = -1", BAD, "lr", fixed(_model(0), DATA, idx, 1, 2, -1.0, 0)),
         ("momentum = 1", BAD, "momentum", fixed(_model(0), DATA, idx, 1, 2, 0.1, 0, 1.0)),
         ("empty indices", BAD, "indices", fixed(_model(0), DATA, torch.tensor([], dtype=torch.int64), 1, 2, 0.1, 0)),
+        ("epochs = True (a bool is not an integer here)", BAD, "epochs", fixed(_model(0), DATA, idx, True, 2, 0.1, 0)),
+        ("momentum = nan", BAD, "momentum", fixed(_model(0), DATA, idx, 1, 2, 0.1, 0, float("nan"))),
+        ("momentum = -0.5", BAD, "momentum", fixed(_model(0), DATA, idx, 1, 2, 0.1, 0, -0.5)),
+        ("lr = nan with momentum 0.9", BAD, "lr", fixed(_model(0), DATA, idx, 1, 2, float("nan"), 0, 0.9)),
     ]
     count += run_torch_cases("train_client_locally", fn, ref.train_client_locally, [], None, invalid,
                              count_only=True)
-    return passed("train_client_locally", count)
+    refusals = [("epochs = 0", "epochs", (DATA, idx, 0, 2, 0.1, 0)),
+                ("batch_size = 0", "batch_size", (DATA, idx, 1, 0, 0.1, 0)),
+                ("an index out of range", "indices", (DATA, torch.tensor([0, 40]), 1, 2, 0.1, 0))]
+    for what, argument, args in refusals:
+        _refused_untouched(fn, f"{what}, eval-mode model with stale .grad (refused before the model is touched)",
+                           argument, _stale(_model(14)).eval(), *args)
+    return passed("train_client_locally", count + len(refusals))
