@@ -319,6 +319,11 @@ class _NoShell:
     getoutput = system
 
 
+def _display(*objects: Any, **kwargs: Any) -> None:  # pragma: no cover - runs in the student process
+    """The kernel's ``display``: here its output goes nowhere."""
+    return None
+
+
 def _child_main() -> None:  # pragma: no cover - runs in the student process
     """Execute the student's cells, then serve calls of the graded function until the channel closes.
 
@@ -338,6 +343,7 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
 
     namespace: dict[str, Any] = {"__name__": "__main__"}
     namespace["get_ipython"] = _NoShell(namespace).get
+    namespace["display"] = _display  # a kernel builtin, as common in an answer cell as print
     first_error = None
     for index, source in enumerate(request["cells"]):  # like a kernel: a failing cell does not stop the next
         try:

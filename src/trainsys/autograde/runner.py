@@ -6,7 +6,8 @@ For each ``(student, assignment)`` under ``<course>/submitted``:
    and site-packages must be as they were when the run started, else the run stops.
 2. **Inspect** every submitted notebook: unreadable JSON is set aside (renamed ``*.ipynb.corrupt``,
    never deleted) so that nbgrader scores that notebook as missing and grades the others; duplicated
-   cell ids and duplicated grade ids (a copy-pasted test cell) are repaired, the first copy kept.
+   cell ids and duplicated grade ids (a copy-pasted test cell) are repaired, the released cell (else
+   the first copy) kept.
 3. **Start fresh**: what an earlier run wrote into the gradebook for this submission (scores, manual
    scores, extra credit) is removed.
 4. **Autograde** with nbgrader, whose kernels run in the sandbox (:mod:`trainsys.autograde.sandbox`):
@@ -136,8 +137,8 @@ def _inspect_submission(course: Path, student: str, assignment: str, flags: list
             if not backup.exists():
                 backup.write_text(path.read_text())
             nbformat.write(repaired, path)
-            flags.append(f"{path.name}: repaired {changes} duplicated cell id(s) or grade id(s), the first copy kept; "
-                         f"original kept as {backup.name}")
+            flags.append(f"{path.name}: repaired {changes} duplicated cell id(s) or grade id(s), the released "
+                         f"(else the first) copy kept; original kept as {backup.name}")
 
 
 def _dedupe_cell_ids(nb: nbformat.NotebookNode) -> int:
