@@ -132,8 +132,8 @@ def check_accumulate_gradients(fn: Callable[..., Any]) -> str:
     count = run_cases("accumulate_gradients", fn, ref.accumulate_gradients, cases, compare, invalid,
                       mutable=(0,), compare_with_inputs=True, count_only=True)
     with quiet():
-        # In the grading sandbox a call that raises sends nothing back, so this case can only see a
-        # half-updated acc when the function runs in the notebook's own process.
+        # The grading sandbox carries back what a failing call did to its arguments, so a half-updated
+        # acc is seen there too.
         label = "grads['W2'] of shape (2, 4) for (4, 2): refused before any key is added"
         acc, late = _grads(21), {**_grads(22), "W2": np.ones((2, 4), np.float32)}
         before = copy.deepcopy(acc)
