@@ -365,3 +365,17 @@ def test_what_a_failing_call_did_to_its_arguments_comes_back() -> None:
     assert rng.bit_generator.state == expected.bit_generator.state
     with StudentProcess([source], "g", timeout=30, sandbox=SandboxConfig()) as student:
         assert not student.function(np.zeros(2)).flags.writeable
+
+
+def test_an_object_returned_twice_is_one_object_and_legacy_generators_cross() -> None:
+    source = ("import numpy as np\n"
+              "def f(x, legacy):\n"
+              "    y = x * 2\n"
+              "    legacy.random_sample()\n"
+              "    return y, {'y': y, 'z': y + 1}\n")
+    legacy, expected = np.random.RandomState(3), np.random.RandomState(3)
+    expected.random_sample()
+    with _student(source) as student:
+        y, cache = student.function(np.ones(3), legacy)
+    assert cache["y"] is y and cache["z"] is not y
+    assert legacy.random_sample() == expected.random_sample()

@@ -952,18 +952,3 @@ ALTERNATIVES = {
     ],
     "model_backward": [("np.eye one-hot, einsum, np.where mask", _mb_alt_einsum_onehot)],
 }
-
-# Wrong answers the checks cannot reject yet; both need the sandbox's data-only channel (the graded call runs in
-# another process) to carry more than it does:
-# - cache["logits"] as a copy of logits: two results come back as two arrays even when they were one object, so a
-#   check of `cache["logits"] is logits` would fail the reference when graded (and a copy of the logits costs
-#   too little memory for peak_of_call to see);
-# - a duck-typed rng: the only non-Generator with standard_normal, a legacy RandomState, cannot be sent.
-OPEN = {
-    "init_model_params": [
-        "duck-typed rng: a legacy RandomState is accepted (contract: 'rng is a numpy.random.Generator')",
-    ],
-    "model_forward": [
-        "cache['logits'] is a copy of logits (contract: 'the same array as logits')",
-    ],
-}

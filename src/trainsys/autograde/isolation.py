@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ import numpy as np
 
 from trainsys.autograde import wire
 from trainsys.autograde.sandbox import SandboxConfig, wrap
-from trainsys.autograde.wire import Alias, Kept, View, WireError
+from trainsys.autograde.wire import Alias, Kept, Same, View, WireError
 
 GUARDED_MODULES = ("numpy", "numpy.testing", "trainsys.grading", "trainsys.grading._harness", "builtins")
 GUARDED_NAMES = {
@@ -79,7 +80,7 @@ def _at(obj: Any, path: tuple) -> Any:
 
 def _shared_types() -> tuple[type, ...]:
     """Objects a function may return or update in place: containers, arrays, generators, torch objects."""
-    types: tuple[type, ...] = (dict, list, np.ndarray, np.random.Generator)
+    types: tuple[type, ...] = (dict, list, np.ndarray, np.random.Generator, np.random.RandomState)
     torch = sys.modules.get("torch")
     if torch is not None:
         types += (torch.Tensor, torch.nn.Module, torch.Generator)
@@ -101,31 +102,37 @@ def _leaves(args: Any) -> list[tuple[tuple, str | None, Any]]:
 
 
 def _encode_result(result: Any, args: Any) -> Any:
-    """Replace objects of ``result`` that are (or view) parts of ``args`` by references to them."""
+    """Replace objects of ``result`` that are (or view) parts of ``args`` by references to them, and an
+    object met twice in the result by a reference to its first place (``cache["logits"] is logits``)."""
     by_id = {id(o): p for p, o in _walk(args) if isinstance(o, _shared_types())}
     arrays = [(p, o) for p, o in _walk(args) if isinstance(o, np.ndarray)]
     torch = sys.modules.get("torch")
+    seen: dict[int, tuple] = {}
 
-    def encode(obj: Any) -> Any:
+    def encode(obj: Any, path: tuple) -> Any:
         if id(obj) in by_id:
             return Alias(by_id[id(obj)])
+        if isinstance(obj, _shared_types()):
+            if id(obj) in seen:
+                return Same(seen[id(obj)])
+            seen[id(obj)] = path
         if isinstance(obj, np.ndarray):
-            for path, base in arrays:
+            for base_path, base in arrays:
                 if base.size and obj.size and np.shares_memory(obj, base):
                     offset = obj.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-                    return View(path, offset, obj.shape, obj.strides, obj.dtype.str)
+                    return View(base_path, offset, obj.shape, obj.strides, obj.dtype.str)
             return obj
         if torch is not None and isinstance(obj, torch.Tensor) and obj.grad_fn is not None and obj.ndim == 0:
             return _graph(torch, obj, args)
         if isinstance(obj, dict):
-            return {k: encode(v) for k, v in obj.items()}
+            return {k: encode(v, (*path, k)) for k, v in obj.items()}
         if isinstance(obj, list):
-            return [encode(v) for v in obj]
+            return [encode(v, (*path, i)) for i, v in enumerate(obj)]
         if isinstance(obj, tuple):
-            return tuple(encode(v) for v in obj)
+            return tuple(encode(v, (*path, i)) for i, v in enumerate(obj))
         return obj
 
-    return encode(result)
+    return encode(result, ())
 
 
 GRAPH_TAG = "__trainsys_graph__"
@@ -157,7 +164,20 @@ def _rebuild_graph(node: dict, args: Any) -> Any:
     return total
 
 
-def _decode_result(result: Any, args: Any) -> Any:
+def _decode_result(result: Any, args: Any, path: tuple = (), seen: dict | None = None) -> Any:
+    """The caller's view of a result encoded by :func:`_encode_result` (same traversal order)."""
+    seen = {} if seen is None else seen
+    if isinstance(result, Same):
+        if result.path not in seen:
+            raise WireError("a reference to a part of the result that comes later or does not exist")
+        return seen[result.path]
+    value = _decode_one(result, args, path, seen)
+    if isinstance(value, _shared_types()):
+        seen.setdefault(path, value)
+    return value
+
+
+def _decode_one(result: Any, args: Any, path: tuple, seen: dict) -> Any:
     if isinstance(result, Alias):
         return _at(args, result.path)
     if isinstance(result, View):  # the same view of the caller's own array
@@ -181,11 +201,11 @@ def _decode_result(result: Any, args: Any) -> Any:
     if isinstance(result, dict):
         if result.get(GRAPH_TAG) is True:
             return _rebuild_graph(result, args)
-        return {k: _decode_result(v, args) for k, v in result.items()}
+        return {k: _decode_result(v, args, (*path, k), seen) for k, v in result.items()}
     if isinstance(result, list):
-        return [_decode_result(v, args) for v in result]
+        return [_decode_result(v, args, (*path, i), seen) for i, v in enumerate(result)]
     if isinstance(result, tuple):
-        return tuple(_decode_result(v, args) for v in result)
+        return tuple(_decode_result(v, args, (*path, i), seen) for i, v in enumerate(result))
     return result
 
 
@@ -238,6 +258,8 @@ def _update_in_place(target: Any, value: Any, root: Any) -> None:
         target[:] = [_restore(v, root) for v in value]
     elif isinstance(target, np.random.Generator) and isinstance(value, np.random.Generator):
         target.bit_generator.state = value.bit_generator.state
+    elif isinstance(target, np.random.RandomState) and isinstance(value, np.random.RandomState):
+        target.set_state(value.get_state())
     elif isinstance(target, np.ndarray) and isinstance(value, np.ndarray):
         if target.shape == value.shape and target.flags.writeable:
             np.copyto(target, value, casting="unsafe")
@@ -373,7 +395,9 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
                 tracemalloc.start()
                 start, _ = tracemalloc.get_traced_memory()
             try:
-                result = fn(*args, **kwargs)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    result = fn(*args, **kwargs)
             finally:
                 if traced:
                     peak = tracemalloc.get_traced_memory()[1] - start
@@ -382,7 +406,8 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
                     wire.send(stdout, {"done": True})
                     wire.receive(stdin)
             reply = {"ok": True, "result": _encode_result(result, (args, kwargs)),
-                     "args": _mark_kept((args, kwargs), originals)}
+                     "args": _mark_kept((args, kwargs), originals),
+                     "warnings": [[w.category.__name__, str(w.message)[:500]] for w in caught[:20]]}
             if traced:
                 reply["peak"] = peak
             data = wire.dumps(reply)
@@ -540,6 +565,7 @@ class StudentProcess:
             if not well_formed:
                 raise WireError("a reply without the arguments after the call")
             _write_back(tuple(args), kwargs, after)
+            _reissue_warnings(reply.get("warnings"))
             return _decode_result(reply.get("result"), (args, kwargs)), reply
         except WireError as exc:
             self.close()
@@ -575,6 +601,20 @@ class RemoteFunction:
     def peak_memory(self, *args: Any, **kwargs: Any) -> tuple[Any, int]:
         """``(result, peak bytes)`` of one call, measured out of the student's reach where possible."""
         return self.process.measure(args, kwargs)
+
+
+WARNINGS = {w.__name__: w for w in (Warning, UserWarning, RuntimeWarning, DeprecationWarning, FutureWarning,
+                                   PendingDeprecationWarning, SyntaxWarning, ImportWarning, UnicodeWarning,
+                                   BytesWarning, ResourceWarning)}
+
+
+def _reissue_warnings(caught: Any) -> None:
+    """The warnings the student's call raised, raised again here (a check may require that none escape)."""
+    if type(caught) is not list:
+        return
+    for entry in caught[:20]:
+        if type(entry) is list and len(entry) == 2 and all(type(x) is str for x in entry):
+            warnings.warn(entry[1], WARNINGS.get(entry[0], UserWarning), stacklevel=3)
 
 
 def _children(pid: int) -> list[str]:

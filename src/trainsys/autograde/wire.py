@@ -55,6 +55,13 @@ class Alias:
 
 
 @dataclasses.dataclass(frozen=True)
+class Same:
+    """"This value is the very object found earlier in the same result, at ``path``"."""
+
+    path: tuple
+
+
+@dataclasses.dataclass(frozen=True)
 class Kept:
     """"The caller's object at ``path`` is still here after the call, now holding ``value``"."""
 
@@ -119,6 +126,11 @@ class _Encoder:
             return {"$": "dataclass", "c": _class_name(type(obj)), "v": fields}
         if isinstance(obj, Alias):
             return {"$": "alias", "v": self.encode(obj.path, depth + 1)}
+        if isinstance(obj, Same):
+            return {"$": "same", "v": self.encode(obj.path, depth + 1)}
+        if isinstance(obj, np.random.RandomState):
+            name, keys, pos, has_gauss, cached = obj.get_state(legacy=True)
+            return {"$": "randomstate", "v": [name, self.blob(_npy(keys)), int(pos), int(has_gauss), float(cached)]}
         if isinstance(obj, Kept):
             return {"$": "kept", "v": [self.encode(obj.path, depth + 1), self.encode(obj.value, depth + 1)]}
         if isinstance(obj, View):
@@ -292,6 +304,20 @@ class _Decoder:
             if type(path) is not tuple:
                 raise WireError("malformed alias")
             return Alias(path)
+        if tag == "same":
+            path = self.decode(value, depth + 1)
+            if type(path) is not tuple:
+                raise WireError("malformed reference")
+            return Same(path)
+        if tag == "randomstate":
+            name, blob, pos, has_gauss, cached = _list(value, 5)
+            keys = _load_npy(self.blob(blob))
+            state = np.random.RandomState()
+            try:
+                state.set_state((str(name), keys, int(pos), int(has_gauss), float(cached)))
+            except (TypeError, ValueError) as exc:
+                raise WireError(f"malformed RandomState: {exc}") from None
+            return state
         if tag == "kept":
             path, kept = (self.decode(v, depth + 1) for v in _list(value, 2))
             if type(path) is not tuple:

@@ -132,15 +132,6 @@ def expect_raises_naming_any(
     raise CheckFailure(f"[{case}] must raise {names_text} for this invalid input, but returned normally")
 
 
-def in_process(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` runs in this process (the notebook kernel), not in the grading sandbox.
-
-    Some invalid inputs cannot cross the sandbox's data-only channel (a legacy ``RandomState``, an
-    arbitrary object); a check sends those only to a function that lives in this process.
-    """
-    return getattr(fn, "peak_memory", None) is None
-
-
 def default_tolerance(dtype: np.dtype) -> tuple[float, float]:
     """(rtol, atol) for comparing results computed in ``dtype`` by two correct implementations."""
     if dtype == np.float16:

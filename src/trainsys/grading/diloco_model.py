@@ -97,6 +97,8 @@ def check_init_model_params(fn: Callable[..., Any]) -> str:
         ("sizes a string", (TypeError,), "sizes", lambda: (("342", rng()), {})),
         ("rng = 0 (a seed, not a Generator)", (TypeError,), "rng", lambda: (([3, 4, 2], 0), {})),
         ("rng = None", (TypeError,), "rng", lambda: (([3, 4, 2], None), {})),
+        ("rng = np.random.RandomState(0) (the legacy generator)", (TypeError,), "rng",
+         lambda: (([3, 4, 2], np.random.RandomState(0)), {})),
     ]
     return run_cases("init_model_params", fn, ref.init_model_params, cases, compare, invalid,
                      compare_with_inputs=True)
@@ -149,6 +151,9 @@ def check_model_forward(fn: Callable[..., Any]) -> str:
         assert_array_dict(label, "cache", cache, expected[1])
         if not np.shares_memory(cache["A0"], inputs[0][1]):
             raise CheckFailure(f"[{label}] cache['A0'] must be X itself, not a copy (X already exists)")
+        if cache.get("logits") is not logits:
+            raise CheckFailure(f"[{label}] cache['logits'] must be the same array as the returned logits, "
+                               "not a copy (the backward pass reads it; a copy doubles its memory)")
 
     p = _params([3, 4, 2], 7)
     X = _normal(9, (2, 3))
