@@ -8,14 +8,15 @@ must share no memory with the inputs, and inputs must come back unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from trainsys.fedavg import model as ref_model
 from trainsys.fedavg import state as ref
-from trainsys.grading._harness import CheckFailure
+from trainsys.grading._harness import CheckFailure, expect_raises, passed, quiet
 from trainsys.grading._torch_harness import (
     BAD,
     assert_state,
@@ -23,6 +24,7 @@ from trainsys.grading._torch_harness import (
     model_state,
     run_torch_cases,
     shares_memory,
+    training_flags,
 )
 
 __all__ = [
@@ -61,6 +63,48 @@ def bn_model(seed: int, steps: int = 2) -> torch.nn.Module:
     return model
 
 
+class _Frozen(Mapping):
+    """A read-only mapping that is not a dict: 'any mapping' must be accepted, not only dict."""
+
+    def __init__(self, data: dict) -> None:
+        self._data = dict(data)
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def _in_kernel(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` runs in this process (not in the grading sandbox, whose data-only channel carries
+    plain dicts but not other mapping classes, and copies loaded values back into the caller's tensors)."""
+    return getattr(fn, "peak_memory", None) is None
+
+
+def _naming(fn: Callable[..., Any], label: str, names: tuple[str, ...], *args: Any) -> None:
+    """``fn(*args)`` must raise TypeError or ValueError whose message names every one of ``names``."""
+    with quiet():
+        for name in names:
+            expect_raises(fn, label, BAD, name, *args)
+
+
+def _key_order(label: str, what: str, got: dict, expected: dict) -> None:
+    if list(got) != list(expected):
+        raise CheckFailure(f"[{label}] {what}: keys must come in the order {list(expected)}, got {list(got)}")
+
+
+def _exact_integers(label: str, what: str, got: dict, expected: dict) -> None:
+    """Integer tensors compared as integers (a float64 comparison cannot see differences above 2**53)."""
+    for key, want in expected.items():
+        if not want.is_floating_point() and want.device.type != "meta" and not torch.equal(got[key], want):
+            raise CheckFailure(f"[{label}] {what}[{key!r}] is {got[key].tolist()}, expected {want.tolist()} "
+                               "(integers must add exactly, in their own dtype: no detour through float64)")
+
+
 def _fresh(label: str, got: dict, inputs: list[dict]) -> None:
     for key, tensor in got.items():
         for i, source in enumerate(inputs):
@@ -77,6 +121,9 @@ def check_clone_model_state(fn: Callable[..., Any]) -> str:
         ("BatchNorm MLP after two training forwards", fixed(bn_model(1))),
         ("float64 MLP", fixed(ref_model.build_mlp_classifier(3, 2, 2, 2).double())),
     ]
+    # a meta model has no values to compare before and after, so it runs as 'mutable' (its mode is checked here)
+    meta = [("BatchNorm MLP on the meta device (the copies stay on the model's device)",
+             fixed(ref_model.build_mlp_classifier(3, 4, 2, 3, batch_norm=True).to("meta")))]
 
     def compare(label: str, got: Any, expected: dict, inputs: Any) -> None:
         model = inputs[0][0]
@@ -91,27 +138,56 @@ def check_clone_model_state(fn: Callable[..., Any]) -> str:
             if tensor.requires_grad:
                 raise CheckFailure(f"[{label}] snapshot[{key!r}] requires grad: detach it")
 
+    def compare_meta(label: str, got: Any, expected: dict, inputs: Any) -> None:
+        compare(label, got, expected, inputs)
+        if not all(training_flags(inputs[0][0])):
+            raise CheckFailure(f"[{label}] the model's training mode changed: leave it as it was")
+
     invalid = [("model is a dict", BAD, "model", fixed({"w": torch.ones(2)}))]
-    return run_torch_cases("clone_model_state", fn, ref.clone_model_state, cases, compare, invalid,
-                           compare_with_inputs=True)
+    count = run_torch_cases("clone_model_state", fn, ref.clone_model_state, cases, compare, invalid,
+                            compare_with_inputs=True, count_only=True)
+    count += run_torch_cases("clone_model_state", fn, ref.clone_model_state, meta, compare_meta, mutable=(0,),
+                             compare_with_inputs=True, count_only=True)
+    return passed("clone_model_state", count)
 
 
 # --- Lesson 12 -------------------------------------------------------------------------------------
 def check_load_model_state(fn: Callable[..., Any]) -> str:
     """Copies (never aliases) every tensor in place, returns the model, rejects any mismatch up front."""
-    def case(seed: int, batch_norm: bool = False) -> Callable[[], Any]:
+    before: dict[int, tuple] = {}  # id(model) -> its Parameter objects, storage pointers and modes at the call
+
+    def remember(model: torch.nn.Module) -> torch.nn.Module:
+        before[id(model)] = (model, [id(p) for p in model.parameters()],
+                             {k: t.untyped_storage().data_ptr() for k, t in model.state_dict().items()},
+                             training_flags(model))
+        return model
+
+    def case(seed: int, batch_norm: bool = False, *, evaluating: bool = False) -> Callable[[], Any]:
         make = bn_model if batch_norm else (lambda s: ref_model.build_mlp_classifier(4, 5, 3, s))
-        return lambda: ((make(seed), ref.clone_model_state(make(seed + 10))), {})
+        return lambda: ((remember(make(seed).train(not evaluating)), ref.clone_model_state(make(seed + 10))), {})
 
     cases = [("MLP", case(0)), ("BatchNorm MLP (buffers and an int64 counter)", case(1, True)),
              ("a state whose keys come in another order", lambda: (
-                 (ref_model.build_mlp_classifier(4, 5, 3, 2),
-                  reordered(ref.clone_model_state(ref_model.build_mlp_classifier(4, 5, 3, 3)))), {}))]
+                 (remember(ref_model.build_mlp_classifier(4, 5, 3, 2)),
+                  reordered(ref.clone_model_state(ref_model.build_mlp_classifier(4, 5, 3, 3)))), {})),
+             ("BatchNorm MLP in eval mode (the mode stays)", case(4, True, evaluating=True))]
 
     def compare(label: str, got: Any, expected: Any, inputs: Any) -> None:
         model, state = inputs[0]
         if got is not model:
             raise CheckFailure(f"[{label}] must return the model it loaded into (the same object)")
+        if id(model) in before:
+            _, params, pointers, flags = before[id(model)]
+            if [id(p) for p in model.parameters()] != params:
+                raise CheckFailure(f"[{label}] the model's Parameter objects were replaced: copy the values into "
+                                   "the existing tensors (an optimizer holding them would update stale ones)")
+            moved = [k for k, t in model.state_dict().items() if t.untyped_storage().data_ptr() != pointers.get(k)]
+            if moved:
+                raise CheckFailure(f"[{label}] model.state_dict()[{moved[0]!r}] now lives in new storage: copy into "
+                                   "the existing tensors (tensor.copy_ under no_grad), do not rebind .data")
+            if training_flags(model) != flags:
+                raise CheckFailure(f"[{label}] the model's training/eval mode changed: loading values must leave "
+                                   "the mode as it was")
         assert_state(label, "the model's state after loading", model_state(model), dict(state), exact=True)
         for key, tensor in model.state_dict().items():
             if shares_memory(tensor, state[key]):
@@ -127,9 +203,29 @@ def check_load_model_state(fn: Callable[..., Any]) -> str:
         ("state['0.weight'] of the wrong shape", BAD, "state", fixed(model, {**good, "0.weight": torch.zeros(4, 5)})),
         ("state['2.bias'] in float64", BAD, "state", fixed(model, {**good, "2.bias": good["2.bias"].double()})),
         ("state is a list", BAD, "state", fixed(model, list(good.values()))),
+        ("state is a list of (key, tensor) pairs", BAD, "state", fixed(model, list(good.items()))),
+        ("state['2.bias'] is a list of floats, not a tensor", BAD, "state",
+         fixed(model, {**good, "2.bias": [0.0, 0.0, 0.0]})),
     ]
-    return run_torch_cases("load_model_state", fn, ref.load_model_state, cases, compare, invalid,
-                           mutable=(0,), compare_with_inputs=True)
+    bn = bn_model(6)
+    bn_good = ref.clone_model_state(bn_model(7))
+    invalid.append(("state['1.num_batches_tracked'] in float32 (a counter is int64)", BAD, "state",
+                    fixed(bn, {**bn_good, "1.num_batches_tracked": bn_good["1.num_batches_tracked"].float()})))
+    count = run_torch_cases("load_model_state", fn, ref.load_model_state, cases, compare, invalid,
+                            mutable=(0,), compare_with_inputs=True, count_only=True)
+    # a bad tensor after good ones: nothing may be copied before the whole state is validated
+    late = {k: v + 1 if v.is_floating_point() else v for k, v in ref.clone_model_state(model).items()}
+    late["2.bias"] = torch.zeros(7)
+    target = ref_model.build_mlp_classifier(4, 5, 3, 0)
+    snapshot = model_state(target)
+    label = "state['2.bias'] of the wrong shape after three good keys (refused before anything is copied)"
+    with quiet():
+        expect_raises(fn, label, BAD, "state", target, late)
+    for key, tensor in model_state(target).items():
+        if not torch.equal(tensor, snapshot[key]):
+            raise CheckFailure(f"[{label}] model.state_dict()[{key!r}] changed although the state was refused: "
+                               "validate every key, shape and dtype first, then copy")
+    return passed("load_model_state", count + 1)
 
 
 # --- Lesson 13 -------------------------------------------------------------------------------------
@@ -144,17 +240,25 @@ def check_zeros_like_state(fn: Callable[..., Any]) -> str:
         ("tensors on the meta device", fixed({"w": torch.empty(3, 2, device="meta"),
                                               "n": torch.empty((), dtype=torch.int64, device="meta")})),
     ]
+    if _in_kernel(fn):
+        cases.append(("a read-only Mapping that is not a dict", lambda: ((_Frozen(mixed_state(4)),), {})))
 
     def compare(label: str, got: Any, expected: dict, inputs: Any) -> None:
         assert_state(label, "the zeros", got, expected, exact=True)
+        _key_order(label, "the zeros", got, expected)
         _fresh(label, got, [inputs[0][0]])
 
     invalid = [
         ("state is a list", BAD, "state", fixed([torch.ones(2)])),
         ("state holds a list, not a tensor", BAD, "state", fixed({"w": [1.0, 2.0]})),
+        ("state = {} (empty)", BAD, "state", fixed({})),
+        ("state['grid'] is a NumPy array, not a tensor", BAD, "state", fixed({"w": torch.ones(2), "grid": np.ones(2)})),
     ]
-    return run_torch_cases("zeros_like_state", fn, ref.zeros_like_state, cases, compare, invalid,
-                           compare_with_inputs=True)
+    count = run_torch_cases("zeros_like_state", fn, ref.zeros_like_state, cases, compare, invalid,
+                            compare_with_inputs=True, count_only=True)
+    _naming(fn, "state['running_total'] is a float, not a tensor (the message names state and the key)",
+            ("state", "running_total"), {"w": torch.ones(2), "running_total": 3.0})
+    return passed("zeros_like_state", count + 1)
 
 
 def _self_pair() -> Any:
@@ -170,10 +274,15 @@ def check_add_state_dicts(fn: Callable[..., Any]) -> str:
         ("b's keys in another order", fixed(mixed_state(2), reordered(mixed_state(3)))),
         ("two BatchNorm model states", fixed(ref.clone_model_state(bn_model(4)), ref.clone_model_state(bn_model(5)))),
         ("a state added to itself", _self_pair),
+        ("int64 entries above 2**53 (integers add exactly)",
+         fixed({"n": torch.tensor([2**60 + 1, -(2**55) - 3]), "w": torch.ones(2)},
+               {"w": torch.ones(2), "n": torch.tensor([7, 2**54 + 1])})),
     ]
 
     def compare(label: str, got: Any, expected: dict, inputs: Any) -> None:
         assert_state(label, "a + b", got, expected)
+        _exact_integers(label, "a + b", got, expected)
+        _key_order(label, "a + b (in a's key order)", got, expected)
         _fresh(label, got, list(inputs[0]))
 
     a = mixed_state(7)
@@ -182,6 +291,9 @@ def check_add_state_dicts(fn: Callable[..., Any]) -> str:
         ("b with an extra key", BAD, "b", fixed(a, {**mixed_state(8), "extra": torch.zeros(1)})),
         ("b['layer.weight'] of shape (4, 3)", BAD, "b", fixed(a, {**mixed_state(8), "layer.weight": torch.ones(4, 3)})),
         ("b['counts'] in float32", BAD, "b", fixed(a, {**mixed_state(8), "counts": torch.ones(5)})),
+        ("b['layer.weight'] on the meta device, a's on the CPU", BAD, "b",
+         fixed(a, {**mixed_state(8), "layer.weight": torch.empty(3, 4, device="meta")})),
+        ("a = b = {} (empty operands)", BAD, "a", fixed({}, {})),
     ]
     return run_torch_cases("add_state_dicts", fn, ref.add_state_dicts, cases, compare, invalid,
                            compare_with_inputs=True)
@@ -192,15 +304,27 @@ def check_scale_state_dict(fn: Callable[..., Any]) -> str:
     """Floating tensors times c in their own dtype; integer counters copied unchanged; a new dict."""
     cases = [(f"mixed dtypes, c = {c}", fixed(mixed_state(i), c)) for i, c in enumerate([0.5, -1.0, 0.0, 3])]
     cases.append(("a BatchNorm model's state, c = 0.25", fixed(ref.clone_model_state(bn_model(9)), 0.25)))
+    special = {**mixed_state(5), "flags": torch.tensor([True, False, True]),
+               "edge": torch.tensor([float("inf"), -2.0, float("-inf")], dtype=torch.float64)}
+    cases += [
+        ("c = 0 with inf in the state (0 * inf is NaN) and a bool tensor", fixed(special, 0.0)),
+        ("c = 0.1 (not exact in float32) on float64 tensors and a bool tensor", fixed(special, 0.1)),
+        ("c = np.float32(0.5), a NumPy scalar", fixed(mixed_state(6), np.float32(0.5))),
+    ]
 
     def compare(label: str, got: Any, expected: dict, inputs: Any) -> None:
         assert_state(label, "c * state", got, expected)
+        _key_order(label, "c * state", got, expected)
         _fresh(label, got, [inputs[0][0]])
 
     invalid = [
         ("c = nan", BAD, "c", fixed(mixed_state(0), float("nan"))),
         ("c = '2'", BAD, "c", fixed(mixed_state(0), "2")),
         ("state = None", BAD, "state", fixed(None, 2.0)),
+        ("c = True (a bool is not a real number here)", BAD, "c", fixed(mixed_state(0), True)),
+        ("c = torch.tensor(2.0) (a tensor)", BAD, "c", fixed(mixed_state(0), torch.tensor(2.0))),
+        ("c = inf", BAD, "c", fixed(mixed_state(0), float("inf"))),
+        ("state = {} (empty)", BAD, "state", fixed({}, 2.0)),
     ]
     return run_torch_cases("scale_state_dict", fn, ref.scale_state_dict, cases, compare, invalid,
                            compare_with_inputs=True)
@@ -220,11 +344,28 @@ def check_aggregate_weighted_average(fn: Callable[..., Any]) -> str:
         ("BatchNorm states, n = [5, 2, 9]", fixed([ref.clone_model_state(bn_model(i, i + 1)) for i in range(3)],
                                                  [5, 2, 9])),
         ("int64 counters 3 and 4 with n = [2, 3]: 3.6 rounds to 4", fixed(counters([3, 4]), [2, 3])),
+        ("a tuple of states, counts as an int64 tensor", fixed(tuple(mixed_state(i) for i in (10, 11)),
+                                                               torch.tensor([2, 5]))),
+        ("bool buffers [T, F, F] with n = [1, 1, 1]: mean 1/3 rounds to False",
+         fixed([{"w": torch.ones(2), "flag": torch.tensor([v, True])} for v in (True, False, False)], [1, 1, 1])),
     ]
+    g = torch.Generator().manual_seed(12)
+    halves = [{"h": (1 + torch.rand(256, generator=g)).half()} for _ in range(16)]
+    weights = [int(x) for x in torch.randint(1, 50, (16,), generator=g)]
+    # Values in [1, 2): one float16 ulp is 2**-10. Accumulated in float64 and cast once, two correct
+    # implementations differ by at most that one ulp (each is within half an ulp of the exact mean); a
+    # float16 accumulator rounds at each of the 16 additions and drifts by several ulps.
+    precise = [("16 float16 uploads in [1, 2) (accumulate in float64, cast once: within 1 ulp)",
+                fixed(halves, weights))]
 
     def compare(label: str, got: Any, expected: dict, inputs: Any) -> None:
         assert_state(label, "the average", got, expected)
+        _key_order(label, "the average (in states[0]'s key order)", got, expected)
         _fresh(label, got, list(inputs[0][0]))
+
+    def compare_precise(label: str, got: Any, expected: dict, inputs: Any) -> None:
+        compare(label, got, expected, inputs)
+        assert_state(label, "the float16 average", got, expected, rtol=0.0, atol=2.0**-10)
 
     states = [mixed_state(0), mixed_state(1)]
     invalid = [
@@ -234,7 +375,17 @@ def check_aggregate_weighted_average(fn: Callable[..., Any]) -> str:
         ("no states", BAD, "states", fixed([], [])),
         ("states with different keys", BAD, "states",
          fixed([states[0], {k: v for k, v in states[1].items() if k != "half"}], [1, 1])),
+        ("a count of True", BAD, "num_samples", fixed(states, [True, 2])),
+        ("states[1]['layer.weight'] of shape (4, 3)", BAD, "states",
+         fixed([states[0], {**states[1], "layer.weight": torch.ones(4, 3)}], [1, 1])),
+        ("states[1]['layer.bias'] in float32, states[0]'s in float64", BAD, "states",
+         fixed([states[0], {**states[1], "layer.bias": states[1]["layer.bias"].float()}], [1, 1])),
+        ("states[1]['layer.weight'] on the meta device", BAD, "states",
+         fixed([states[0], {**states[1], "layer.weight": torch.empty(3, 4, device="meta")}], [1, 1])),
     ]
-    return run_torch_cases("aggregate_weighted_average", fn, ref.aggregate_weighted_average, cases, compare,
-                           invalid, compare_with_inputs=True)
+    count = run_torch_cases("aggregate_weighted_average", fn, ref.aggregate_weighted_average, cases, compare,
+                            invalid, compare_with_inputs=True, count_only=True)
+    count += run_torch_cases("aggregate_weighted_average", fn, ref.aggregate_weighted_average, precise,
+                             compare_precise, compare_with_inputs=True, count_only=True)
+    return passed("aggregate_weighted_average", count)
 
