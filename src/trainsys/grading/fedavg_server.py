@@ -18,7 +18,7 @@ import torch
 from trainsys.fedavg import data as ref_data
 from trainsys.fedavg import model as ref_model
 from trainsys.fedavg import server as ref
-from trainsys.grading._harness import CheckFailure, passed
+from trainsys.grading._harness import CheckFailure, expect_raises, passed, quiet
 from trainsys.grading._torch_harness import (
     BAD,
     assert_equal,
@@ -28,6 +28,7 @@ from trainsys.grading._torch_harness import (
     guarded,
     model_state,
     run_torch_cases,
+    training_flags,
 )
 
 __all__ = [
@@ -45,17 +46,39 @@ TINY = {"num_examples": 120, "d_in": 4, "n_classes": 3, "d_hidden": 8, "num_clie
         "epochs": 1, "batch_size": 5, "rounds": 3}
 
 
+def _in_kernel(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` runs in this process, not in the grading sandbox (``peak_memory``): there the data-only
+    channel cannot carry a legacy ``RandomState`` and copies a loaded state back into the caller's tensors."""
+    return getattr(fn, "peak_memory", None) is None
+
+
+def _python_floats(label: str, what: str, values: list) -> None:
+    for i, v in enumerate(values):
+        if type(v) is not float:
+            raise CheckFailure(f"[{label}] {what}[{i}] must be a plain Python float (it ends up in a JSON run "
+                               f"record), got {type(v).__name__}")
+
+
 # --- Lesson 17 -------------------------------------------------------------------------------------
 def check_select_clients(fn: Callable[..., Any]) -> str:
     """max(⌈C·K⌉, 1) distinct sorted ids in [0, K), from the generator, every client reachable."""
-    setups = [(10, 0.3), (10, 0.05), (7, 1.0), (100, 0.07), (1, 0.5), (100, 0.01), (9, 0.25), (40, 0.1)]
+    # C*K = 3.0000001 and 3.0000000001: rounded to 12 decimals they stay above 3, so m = 4 (not 3)
+    setups = [(10, 0.3), (10, 0.05), (7, 1.0), (100, 0.07), (1, 0.5), (100, 0.01), (9, 0.25), (40, 0.1),
+              (10, 0.30000001), (10, 0.30000000001)]
     cases = [(f"num_clients={k}, fraction={c}", lambda k=k, c=c, i=i: ((k, c, np.random.default_rng(i)), {}))
              for i, (k, c) in enumerate(setups)]
 
-    def compare(label: str, got: Any, expected: list, inputs: Any) -> None:
+    def reference(num_clients: Any, fraction: Any, rng: np.random.Generator) -> tuple[list, dict]:
+        return ref.select_clients(num_clients, fraction, rng), rng.bit_generator.state
+
+    def compare(label: str, got: Any, expected_and_state: tuple, inputs: Any) -> None:
+        expected, rng_state = expected_and_state
         k = inputs[0][0]
         if not isinstance(got, list) or not all(isinstance(x, (int, np.integer)) for x in got):
             raise CheckFailure(f"[{label}] must return a list of client ids (ints), got {type(got).__name__}")
+        if not all(type(x) is int for x in got):
+            raise CheckFailure(f"[{label}] the ids must be plain Python ints (they end up in JSON run records), "
+                               f"got {sorted({type(x).__name__ for x in got})}")
         if len(got) != len(expected):
             raise CheckFailure(f"[{label}] selected {len(got)} clients, expected max(ceil(C*K), 1) = {len(expected)}")
         if len(set(got)) != len(got) or any(not 0 <= x < k for x in got):
@@ -65,8 +88,14 @@ def check_select_clients(fn: Callable[..., Any]) -> str:
         again = guarded(fn, label, k, inputs[0][1], np.random.default_rng(setups.index((k, inputs[0][1]))))
         if list(again) != list(got):
             raise CheckFailure(f"[{label}] a generator with the same seed must give the same clients")
+        if inputs[0][2].bit_generator.state != rng_state:
+            raise CheckFailure(f"[{label}] rng ends in another state than after exactly one call "
+                               "rng.choice(num_clients, size=m, replace=False) (no other draw, no shortcut for C = 1)")
+        if list(got) != expected:
+            raise CheckFailure(f"[{label}] selected {got}, the contract's draw rng.choice(num_clients, size=m, "
+                               f"replace=False), sorted, gives {expected}")
 
-    count = run_torch_cases("select_clients", fn, ref.select_clients, cases, compare, mutable=(2,),
+    count = run_torch_cases("select_clients", fn, reference, cases, compare, mutable=(2,),
                             compare_with_inputs=True, count_only=True)
     label = "400 rounds of num_clients=10, fraction=0.3"
     rng, hits = np.random.default_rng(123), np.zeros(10)
@@ -81,7 +110,14 @@ def check_select_clients(fn: Callable[..., Any]) -> str:
         ("fraction = 1.5", BAD, "fraction", fixed(10, 1.5, np.random.default_rng(0))),
         ("fraction = -0.1", BAD, "fraction", fixed(10, -0.1, np.random.default_rng(0))),
         ("rng = 42", BAD, "rng", fixed(10, 0.5, 42)),
+        ("num_clients = True (a bool is not an integer here)", BAD, "num_clients",
+         fixed(True, 0.5, np.random.default_rng(0))),
+        ("fraction = True (a bool is not a real number here)", BAD, "fraction",
+         fixed(10, True, np.random.default_rng(0))),
     ]
+    if _in_kernel(fn):
+        invalid.append(("rng = np.random.RandomState(0) (a legacy generator, not a numpy.random.Generator)", BAD,
+                        "rng", fixed(10, 0.5, np.random.RandomState(0))))
     count += 1 + run_torch_cases("select_clients", fn, ref.select_clients, [], None, invalid, count_only=True)
     return passed("select_clients", count)
 
@@ -89,8 +125,12 @@ def check_select_clients(fn: Callable[..., Any]) -> str:
 # --- Lesson 18 -------------------------------------------------------------------------------------
 def _round_with_state(round_fn: Callable[..., Any]) -> Callable[..., Any]:
     def run(global_model, dataset, partition, fraction, epochs, batch_size, lr, rng, momentum=0.0):
+        params = [id(p) for p in global_model.parameters()]
+        pointers = {k: t.untyped_storage().data_ptr() for k, t in global_model.state_dict().items()}
         info = round_fn(global_model, dataset, partition, fraction, epochs, batch_size, lr, rng, momentum)
-        return info, model_state(global_model), rng.bit_generator.state
+        same_storage = params == [id(p) for p in global_model.parameters()] and pointers == {
+            k: t.untyped_storage().data_ptr() for k, t in global_model.state_dict().items()}
+        return info, model_state(global_model), rng.bit_generator.state, training_flags(global_model), same_storage
     return run
 
 
@@ -98,18 +138,25 @@ def check_run_communication_round(fn: Callable[..., Any]) -> str:
     """The reference's round: same clients and seeds from rng, fresh copies, n_k/m_t weights, bytes."""
     setups = [  # (fraction, epochs, batch_size, lr, rng seed, momentum, batch_norm)
         (0.5, 1, 3, 0.1, 0, 0.0, False), (1.0, 2, None, 0.5, 1, 0.0, False), (0.25, 1, 4, 0.2, 2, 0.0, False),
-        (0.75, 2, 5, 0.1, 3, 0.9, False), (1.0, 1, 5, 0.1, 4, 0.0, True),
+        (0.75, 2, 5, 0.1, 3, 0.9, False), (1.0, 1, 5, 0.1, 4, 0.0, True), (0.5, 1, 5, 0.1, 5, 0.0, "eval"),
     ]
-    cases = [(f"fraction={c}, epochs={e}, batch_size={b}, lr={lr}, momentum={mo}{', BatchNorm' if bn else ''}",
+    cases = [(f"fraction={c}, epochs={e}, batch_size={b}, lr={lr}, momentum={mo}"
+              f"{', BatchNorm' if bn else ''}{' in eval mode (the mode is left as it was)' if bn == 'eval' else ''}",
               lambda c=c, e=e, b=b, lr=lr, s=s, mo=mo, bn=bn: (
-                  (ref_model.build_mlp_classifier(4, 6, 3, s, bn), DATA, copy.deepcopy(PARTITION), c, e, b, lr,
-                   np.random.default_rng(s), mo), {}))
+                  (ref_model.build_mlp_classifier(4, 6, 3, s, bool(bn)).train(bn != "eval"), DATA,
+                   copy.deepcopy(PARTITION), c, e, b, lr, np.random.default_rng(s), mo), {}))
              for c, e, b, lr, s, mo, bn in setups]
     keys = {"selected", "num_samples", "client_losses", "train_loss", "local_steps", "bytes_down", "bytes_up"}
 
     def compare(label: str, got: Any, expected: tuple) -> None:
-        info, state, rng_state = got
-        want, want_state, want_rng = expected
+        info, state, rng_state, flags, same_storage = got
+        want, want_state, want_rng, want_flags, _ = expected
+        if flags != want_flags:
+            raise CheckFailure(f"[{label}] the global model's training/eval mode changed: leave it as it was "
+                               "(the clients' copies train, not the global model)")
+        if not same_storage:
+            raise CheckFailure(f"[{label}] the global model's parameters or buffers were replaced by new tensors: "
+                               "copy w_{{t+1}} into them in place (load_model_state; not assign=True)")
         if not isinstance(info, dict) or set(info) != keys:
             raise CheckFailure(f"[{label}] must return a dict with keys {sorted(keys)}, got "
                                f"{sorted(info) if isinstance(info, dict) else type(info).__name__}")
@@ -123,6 +170,8 @@ def check_run_communication_round(fn: Callable[..., Any]) -> str:
             raise CheckFailure(f"[{label}] client_losses must be a list with one loss per selected client")
         for i, (l, w) in enumerate(zip(info["client_losses"], want["client_losses"])):
             assert_real(label, f"client_losses[{i}]", l, w, rtol=1e-4, atol=1e-6)
+        _python_floats(label, "client_losses", info["client_losses"])
+        _python_floats(label, "[train_loss]", [info["train_loss"]])
         assert_real(label, "train_loss", info["train_loss"], want["train_loss"], rtol=1e-4, atol=1e-6)
         assert_state(label, "the global model after the round", state, want_state, rtol=1e-4, atol=1e-6)
 
@@ -142,10 +191,29 @@ def check_run_communication_round(fn: Callable[..., Any]) -> str:
         ("batch_size = 0", BAD, "batch_size", bad(batch_size=0)),
         ("lr = 0", BAD, "lr", bad(lr=0.0)),
         ("a partition index out of range", BAD, "partition", bad(partition=[torch.tensor([0, 1, 40])])),
+        ("partition[0] repeats an index; fraction 0.25 selects only client 3 (every entry is validated)", BAD,
+         "partition", lambda: ((ref_model.build_mlp_classifier(4, 6, 3, 0), DATA,
+                                [torch.cat([PARTITION[0], PARTITION[0][:1]]), *PARTITION[1:]], 0.25, 1, 3, 0.1,
+                                np.random.default_rng(0)), {})),
     ]
     count += run_torch_cases("run_communication_round", fn, ref.run_communication_round, [], None, invalid,
                              count_only=True)
-    return passed("run_communication_round", count)
+    refusals = [("epochs = 0", "epochs", {"epochs": 0}), ("lr = 0", "lr", {"lr": 0.0}),
+                ("batch_size = 0", "batch_size", {"batch_size": 0}), ("momentum = 1", "momentum", {"momentum": 1.0})]
+    for what, argument, change in refusals:
+        label = f"{what}: refused before the global model or rng is touched"
+        args = {"fraction": 0.5, "epochs": 1, "batch_size": 3, "lr": 0.1, "momentum": 0.0, **change}
+        model, rng = ref_model.build_mlp_classifier(4, 6, 3, 0).eval(), np.random.default_rng(0)
+        state, flags = model_state(model), training_flags(model)
+        with quiet():
+            expect_raises(fn, label, BAD, argument, model, DATA, PARTITION, args["fraction"], args["epochs"],
+                          args["batch_size"], args["lr"], rng, args["momentum"])
+        if rng.bit_generator.state != np.random.default_rng(0).bit_generator.state:
+            raise CheckFailure(f"[{label}] rng was advanced although the call was refused: validate every "
+                               "argument before drawing the clients")
+        if training_flags(model) != flags or any(not torch.equal(t, state[k]) for k, t in model_state(model).items()):
+            raise CheckFailure(f"[{label}] the global model changed although the call was refused")
+    return passed("run_communication_round", count + len(refusals))
 
 
 # --- Lesson 19 -------------------------------------------------------------------------------------
@@ -158,25 +226,49 @@ def check_evaluate_accuracy(fn: Callable[..., Any]) -> str:
         return model.train(training)
 
     one = ref_data.LabelledDataset(DATA.features[:1], DATA.labels[:1], 3)
+    flat = ref_model.build_mlp_classifier(4, 6, 3, 3)
+    with torch.no_grad():
+        flat[2].weight.zero_(), flat[2].bias.zero_()  # every logit 0: argmax picks the first class, 0
     cases = [
         ("MLP on 40 examples", fixed(ref_model.build_mlp_classifier(4, 6, 3, 0), DATA)),
         ("BatchNorm model left in training mode", fixed(bn_model(True), DATA)),
         ("BatchNorm model in eval mode", fixed(bn_model(False), DATA)),
         ("one example", fixed(ref_model.build_mlp_classifier(4, 6, 3, 1), one)),
         ("MLP on 40 examples, another seed", fixed(ref_model.build_mlp_classifier(4, 16, 3, 2), DATA)),
+        ("all logits equal (ties go to the first maximal logit, class 0)", fixed(flat, DATA)),
     ]
 
     def compare(label: str, got: Any, expected: float) -> None:
         if isinstance(got, (torch.Tensor, bool, int, np.integer)):
             raise CheckFailure(f"[{label}] must return the accuracy as a float in [0, 1], got {got!r}")
-        assert_real(label, "the accuracy", got, expected, rtol=0, atol=1e-9)
+        # the exact count over n, or its float32 rounding (a float32 mean is within 2**-24 relative of it)
+        assert_real(label, "the accuracy", got, expected, rtol=2.0**-22, atol=1e-12)
 
     invalid = [
         ("dataset is a tuple", BAD, "dataset", fixed(ref_model.build_mlp_classifier(4, 6, 3, 0),
                                                       (DATA.features, DATA.labels))),
         ("model is a dict", BAD, "model", fixed({"w": torch.ones(2)}, DATA)),
     ]
-    return run_torch_cases("evaluate_accuracy", fn, ref.evaluate_accuracy, cases, compare, invalid)
+    count = run_torch_cases("evaluate_accuracy", fn, ref.evaluate_accuracy, cases, compare, invalid,
+                            count_only=True)
+
+    label = "a forward pass that raises (5 input features, the data has 4): the mode is restored anyway"
+    broken = ref_model.build_mlp_classifier(5, 6, 3, 0, batch_norm=True).train()
+    with quiet():
+        try:
+            fn(broken, DATA)
+        except Exception:  # noqa: BLE001 - the forward's own error may propagate; only the mode matters here
+            pass
+    if not all(training_flags(broken)):
+        raise CheckFailure(f"[{label}] the model was left in eval mode: restore its mode in a finally block")
+
+    label = "the forward pass runs without building an autograd graph (torch.no_grad or inference_mode)"
+    model, grad_enabled = ref_model.build_mlp_classifier(4, 6, 3, 4), []
+    model.register_forward_hook(lambda module, inputs, output: grad_enabled.append(torch.is_grad_enabled()))
+    guarded(fn, label, model, DATA)
+    if any(grad_enabled):  # the hook does not cross into the grading sandbox: there it records nothing
+        raise CheckFailure(f"[{label}] the model ran with gradients enabled: wrap the forward in torch.no_grad()")
+    return passed("evaluate_accuracy", count + 2)
 
 
 # --- Lesson 20 -------------------------------------------------------------------------------------
@@ -219,6 +311,8 @@ def check_run_fedavg(fn: Callable[..., Any]) -> str:
         ("pathological non-IID shards", {**TINY, "partition": "shards", "seed": 1}),
         ("Dirichlet alpha=0.5, B = None", {**TINY, "partition": "dirichlet", "batch_size": None, "seed": 2}),
         ("FedAvgConfig, fraction 0.2 (one client), E=2", ref.FedAvgConfig(**{**TINY, "fraction": 0.2, "epochs": 2})),
+        ("shards, shards_per_client=3, momentum=0.5, test_fraction=0.25",
+         {**TINY, "partition": "shards", "shards_per_client": 3, "momentum": 0.5, "test_fraction": 0.25, "seed": 3}),
     ]
     cases = [(label, fixed(config)) for label, config in configs]
     history_keys = ("selected", "local_steps", "bytes_up", "bytes_down")
