@@ -1084,15 +1084,3 @@ ALTERNATIVES = {
          _train_scale_recorded_after_update),
     ],
 }
-
-# Wrong answers the checks cannot reject yet: the package's reference itself behaves like them, and a check must
-# pass the reference (trainsys.memtrain.memory does not check that dtype is floating; trainsys.memtrain.trainer
-# and Lesson 40's solution never validate progress). Fixing the references is outside the checks' files.
-OPEN = {
-    "compute_peak_activation_memory_bytes": [
-        "an integer dtype accepted (contract: 'a non-floating dtype ... raises')",
-    ],
-    "train": [
-        "progress not checked (contract: 'progress ... bool')",
-    ],
-}

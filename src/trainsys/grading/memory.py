@@ -129,6 +129,7 @@ def check_compute_peak_activation_memory_bytes(fn: Callable[..., Any]) -> str:
         ("num_micro_batches = True", BAD, "num_micro_batches", _fixed(w, 16, np.float32, True, None)),
         ("a width of 0", BAD, "layer_widths", _fixed([4, 0, 2], 16, np.float32, 1, None)),
         ("a width True", BAD, "layer_widths", _fixed([4, True, 2], 16, np.float32, 1, None)),
+        ("dtype = np.int32 (not floating)", BAD, "dtype", _fixed(w, 16, np.int32, 1, None)),
     ]
     return run_cases("compute_peak_activation_memory_bytes", fn, ref.compute_peak_activation_memory_bytes, cases,
                      lambda label, got, exp: _int(label, "peak bytes", got, exp), invalid)

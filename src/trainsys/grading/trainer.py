@@ -146,6 +146,7 @@ def check_train(fn: Callable[..., Any]) -> str:
     key = lambda name: ("config[", name)  # noqa: E731 - named as config['<key>'] (either quote)
     invalid = [
         ("zero_stage = 4", BAD, "zero_stage", _fixed({**SMALL, "zero_stage": 4})),
+        ("progress = 'yes' (must be True or False)", BAD, "progress", _fixed({**SMALL, "progress": "yes"})),
         ("precision = 'bf16'", BAD, "precision", _fixed({**SMALL, "precision": "bf16"})),
         ("num_workers = 0", BAD, "num_workers", _fixed({**SMALL, "num_workers": 0})),
         ("an unknown key 'momentum'", (ValueError,), "momentum", _fixed({**SMALL, "momentum": 0.9})),

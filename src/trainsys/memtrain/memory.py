@@ -118,7 +118,13 @@ def compute_peak_activation_memory_bytes(
     widths = validate_layer_widths(layer_widths)
     n = require_int("batch", batch, minimum=1)
     M = require_int("num_micro_batches", num_micro_batches, minimum=1, maximum=n)
-    itemsize = np.dtype(dtype).itemsize
+    try:
+        activation_dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a NumPy floating dtype, got {dtype!r}") from None
+    if not np.issubdtype(activation_dtype, np.floating):
+        raise TypeError(f"dtype must be a floating dtype, got {activation_dtype}")
+    itemsize = activation_dtype.itemsize
     rows = -(-n // M)
     timeline = checkpointing_memory_timeline(widths, rows, segment_size, itemsize, include_gradients=False)
     return max(b for _, b in timeline)

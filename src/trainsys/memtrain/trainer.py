@@ -75,6 +75,9 @@ def validate_train_config(config: Mapping | None) -> dict[str, Any]:
     if c["zero_stage"] not in (0, 1, 2, 3) or isinstance(c["zero_stage"], bool):
         raise ValueError(f"config['zero_stage'] must be one of 0, 1, 2, 3, got {c['zero_stage']!r}")
     c["seed"] = require_int("config['seed']", c["seed"], minimum=0)
+    if not isinstance(c["progress"], (bool, np.bool_)):
+        raise TypeError(f"config['progress'] must be True or False, got {c['progress']!r}")
+    c["progress"] = bool(c["progress"])
     return c
 
 
