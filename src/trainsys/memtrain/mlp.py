@@ -236,6 +236,7 @@ def mlp_backward(params: Params, cache: dict[str, np.ndarray], dY_hat: np.ndarra
     dY_hat = require_float_array("dY_hat", dY_hat, ndim=2)
     A1 = require_float_array("cache['A1']", cache["A1"], ndim=2)
     require_axis_match("dY_hat", dY_hat, 0, "cache['A1']", A1, 0, "batch")
+    require_axis_match("dY_hat", dY_hat, 1, "params['W2']", params["W2"], 1, "output-feature")
     dA1, dW2, db2 = linear_backward(dY_hat, A1, params["W2"])  # (batch, d_hidden), ...
     dZ1 = relu_backward(dA1, cache["Z1"])  # (batch, d_hidden)
     dW1, db1 = first_linear_backward(dZ1, cache["X"])  # (d_in, d_hidden), (d_hidden,)
