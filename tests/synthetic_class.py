@@ -105,7 +105,7 @@ def students() -> list[Student]:
         Student("patch_grading", _solved(**{TARGET: wrong_relu + (
             "\nimport trainsys.grading\n"
             "trainsys.grading.check_relu_forward = lambda fn: 'relu_forward: all 7 cases passed'\n")}),
-                _target(0, 0), flags=["fails the trusted re-check"]),
+                _target(0, 0), flags=["replaced trainsys.grading.check_relu_forward"]),
         Student("import_reference", _solved(**{TARGET: "from trainsys.memtrain.mlp import relu_forward\n"}),
                 FULL, flags=["reference implementation"]),
         Student("edit_locked_cell", _solved(), FULL, edit="edit_visible"),
