@@ -37,7 +37,7 @@ def run_verifier(options: Options, student: str, assignment: str, sources: list[
     env = {**nbgrader_env(options.course, options.db_url), "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
     try:
         run = subprocess.run([sys.executable, "-I", "-m", "trainsys.autograde.verify"], input=json.dumps(request),
-                             capture_output=True, text=True, timeout=wall, env=env, cwd=options.course)
+                             capture_output=True, text=True, errors="replace", timeout=wall, env=env, cwd=options.course)
     except subprocess.TimeoutExpired:
         return {"error": f"the trusted re-check did not finish within {wall:.0f} s"}
     try:

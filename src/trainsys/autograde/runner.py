@@ -115,7 +115,7 @@ def _nbgrader(options: Options, *args: str, timeout: float, slot: int = 0) -> su
     preexec = None if config else _limit_memory(options.memory_limit_mb * 2**20)
     try:
         return subprocess.run([sys.executable, "-I", "-m", "nbgrader", *args, f"--Execute.timeout={options.timeout}"],
-                              cwd=options.course, env=env, capture_output=True, text=True, timeout=timeout,
+                              cwd=options.course, env=env, capture_output=True, text=True, errors="replace", timeout=timeout,
                               preexec_fn=preexec)
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(exc.cmd, 124, "", f"timed out after {timeout:.0f} s")
