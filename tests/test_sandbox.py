@@ -379,3 +379,17 @@ def test_an_object_returned_twice_is_one_object_and_legacy_generators_cross() ->
         y, cache = student.function(np.ones(3), legacy)
     assert cache["y"] is y and cache["z"] is not y
     assert legacy.random_sample() == expected.random_sample()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not sb.Cgroup.ROOTS["cpu"].is_dir(), reason="cgroups need root and v1")
+def test_each_sandbox_gets_its_own_cgroups_and_they_go_with_it() -> None:
+    student = _student("def f(x):\n    return x\n")
+    try:
+        paths = list(student.cgroup.paths)
+        assert {p.parent for p in paths} == set(sb.Cgroup.ROOTS.values())
+        assert (paths[1] / "pids.max").read_text().strip() == str(SandboxConfig().processes)
+        members = (paths[0] / "cgroup.procs").read_text().split()
+        assert str(student.main_pid()) in members, "the student's process must run in its sandbox's cgroup"
+    finally:
+        student.close()
+    assert not any(p.exists() for p in paths), "the cgroups must be removed with the sandbox"

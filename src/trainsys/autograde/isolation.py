@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from trainsys.autograde import wire
-from trainsys.autograde.sandbox import SandboxConfig, wrap
+from trainsys.autograde.sandbox import Cgroup, SandboxConfig, wrap
 from trainsys.autograde.wire import Alias, Kept, Same, View, WireError
 
 GUARDED_MODULES = ("numpy", "numpy.testing", "trainsys.grading", "trainsys.grading._harness", "builtins")
@@ -438,8 +438,10 @@ class StudentProcess:
         self.sandbox = sandbox
         command = [sys.executable, "-I", "-c", "from trainsys.autograde.isolation import _child_main; _child_main()"]
         preexec = None
+        self.cgroup = None
         if sandbox is not None:
-            command = wrap(command, sandbox)
+            self.cgroup = Cgroup(sandbox)
+            command = wrap(command, sandbox, cgroup=self.cgroup)
             env = None
         else:
             env = {**os.environ, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg",
@@ -575,6 +577,8 @@ class StudentProcess:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        if self.cgroup is not None:
+            self.cgroup.remove()
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()

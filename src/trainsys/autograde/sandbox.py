@@ -92,11 +92,12 @@ def _python_prefixes() -> list[str]:
 
 
 def wrap(command: list[str], config: SandboxConfig, *, rw: tuple[str, ...] = (), chdir: str = "/home/student",
-         env: dict[str, str] | None = None) -> list[str]:
+         env: dict[str, str] | None = None, cgroup: Cgroup | None = None) -> list[str]:
     """``command`` run in the sandbox: bwrap's arguments, then ``prlimit`` (the rlimits) and ``command``.
 
     ``rw`` folders are bound writable at the same path (a kernel's socket folder). ``env`` is the
-    whole environment inside (nothing of the grader's leaks in).
+    whole environment inside (nothing of the grader's leaks in). With ``cgroup``, everything the
+    sandbox runs joins it first (see :class:`Cgroup`).
     """
     bwrap = shutil.which("bwrap")
     if bwrap is None:
@@ -138,7 +139,56 @@ def wrap(command: list[str], config: SandboxConfig, *, rw: tuple[str, ...] = (),
     if uid is not None:  # no capabilities, no way back up (setuid binaries are ignored), another user
         args += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-    return [*args, *_prlimit(config), *command]
+    return [*(cgroup.join_command() if cgroup else []), *args, *_prlimit(config), *command]
+
+
+class Cgroup:
+    """Control groups for one sandbox, where the machine lets the grader make them (cgroup v1, as root).
+
+    - ``cpu``: every sandbox gets the same CPU share however many processes it runs, so a student's
+      hundred busy processes slow their own grading, not the classmate graded next to them;
+    - ``pids``: at most ``config.processes`` tasks, counted per sandbox (RLIMIT_NPROC counts per user,
+      and a user may be shared by two grading runs on one machine).
+
+    Best effort: where cgroups cannot be made (no root, cgroup v2 without delegation), the rlimits
+    alone apply. :meth:`remove` deletes the groups once the sandbox has ended.
+    """
+
+    ROOTS = {"cpu": Path("/sys/fs/cgroup/cpu"), "pids": Path("/sys/fs/cgroup/pids")}
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.paths: list[Path] = []
+        if os.geteuid() != 0:
+            return
+        name = f"trainsys-{os.getpid()}-{next(tempfile._get_candidate_names())}"
+        for controller, root in self.ROOTS.items():
+            path = root / name
+            try:
+                path.mkdir()
+                if controller == "pids":
+                    (path / "pids.max").write_text(str(config.processes))
+                self.paths.append(path)
+            except OSError:
+                continue
+
+    def join_command(self) -> list[str]:
+        """A shell prefix (run by the grader, before bwrap) that moves itself into the groups, then execs."""
+        if not self.paths:
+            return []
+        writes = "; ".join(f"echo $$ > {path / 'cgroup.procs'}" for path in self.paths)
+        return ["/bin/sh", "-c", f'{writes}; exec "$@"', "trainsys-cgroup"]
+
+    def remove(self) -> None:
+        for path in self.paths:
+            for _ in range(50):  # the namespace's last processes may take a moment to go
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+        self.paths = []
 
 
 def _parents(folder: str, made: set[str]) -> list[str]:
@@ -222,6 +272,7 @@ class SandboxKernelManager(AsyncKernelManager):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sandbox = SandboxConfig.from_env() or SandboxConfig()
+        self.cgroup = Cgroup(self.sandbox)
         self.sandbox_folder = private_folder(self.sandbox, "tsk-")
         self.transport = "ipc"
         self.ip = os.path.join(self.sandbox_folder, "k")
@@ -237,7 +288,7 @@ class SandboxKernelManager(AsyncKernelManager):
         command = super().format_kernel_cmd(extra_arguments)
         if self.kernel_spec is not None:
             self.kernel_spec.interrupt_mode = "message"
-        return wrap(command, self.sandbox, rw=(self.sandbox_folder,))
+        return wrap(command, self.sandbox, rw=(self.sandbox_folder,), cgroup=self.cgroup)
 
     # AsyncKernelManager binds these names to KernelManager's coroutines: override the names themselves
     # (start_kernel calls _async_launch_kernel).
@@ -270,6 +321,7 @@ class SandboxKernelManager(AsyncKernelManager):
         await AsyncKernelManager.cleanup_resources(self, restart=restart)
         if not restart:
             shutil.rmtree(self.sandbox_folder, ignore_errors=True)
+            self.cgroup.remove()
 
 
 def current_limits() -> dict[str, tuple[int, int]]:
