@@ -458,7 +458,7 @@ MUTANTS = {
          "state after the call')", _mlp_global_rng),
         ("plain nn.Linear then overwritten from the private generator: global generator advanced "
          "('create the layers with nn.utils.skip_init')", _mlp_plain_linear),
-        ("returns the model in eval mode (nothing in the contract freezes the mode; a fresh nn.Sequential trains)",
+        ("returns the model in eval mode ('result nn.Sequential ... in training mode (as built)')",
          _mlp_eval_mode),
         ("generic loop over affine modules also draws BatchNorm's weight/bias ('1.weight (ones), 1.bias (zeros)')",
          _mlp_loop_all_params),
