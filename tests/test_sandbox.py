@@ -393,3 +393,18 @@ def test_each_sandbox_gets_its_own_cgroups_and_they_go_with_it() -> None:
     finally:
         student.close()
     assert not any(p.exists() for p in paths), "the cgroups must be removed with the sandbox"
+
+
+def test_parameters_carry_their_grad_both_ways() -> None:
+    source = ("import torch\n"
+              "def f(model):\n"
+              "    seen = model.weight.grad.clone()\n"
+              "    model.weight.grad = None\n"
+              "    model.bias.grad = torch.full_like(model.bias, 7.0)\n"
+              "    return seen\n")
+    model = torch.nn.Linear(2, 3)
+    model.weight.grad = torch.ones(3, 2)
+    with _student(source) as student:
+        seen = student.function(model)
+    assert torch.equal(seen, torch.ones(3, 2)), "the stale .grad must reach the student's function"
+    assert model.weight.grad is None and torch.equal(model.bias.grad, torch.full((3,), 7.0))

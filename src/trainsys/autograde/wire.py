@@ -153,7 +153,10 @@ class _Encoder:
             if obj.is_sparse or obj.layout != torch.strided:
                 raise WireError("only dense torch tensors can be sent")
             meta = {"grad": obj.requires_grad, "param": isinstance(obj, torch.nn.Parameter)}
-            return {"$": "tensor", "b": self.blob(_torch_save(torch, obj.detach())), "m": meta}
+            node = {"$": "tensor", "b": self.blob(_torch_save(torch, obj.detach())), "m": meta}
+            if obj.is_leaf and obj.requires_grad and obj.grad is not None:  # a parameter's .grad travels with it
+                node["g"] = self.blob(_torch_save(torch, obj.grad.detach()))
+            return node
         if isinstance(obj, torch.dtype):
             return {"$": "tdtype", "v": str(obj).removeprefix("torch.")}
         if isinstance(obj, torch.device):
@@ -354,8 +357,15 @@ class _Decoder:
                 raise WireError("a tensor blob does not hold a tensor")
             meta = node.get("m") or {}
             if meta.get("param"):
-                return torch.nn.Parameter(tensor, requires_grad=bool(meta.get("grad")))
-            return tensor.requires_grad_(True) if meta.get("grad") and tensor.is_floating_point() else tensor
+                tensor = torch.nn.Parameter(tensor, requires_grad=bool(meta.get("grad")))
+            elif meta.get("grad") and tensor.is_floating_point():
+                tensor = tensor.requires_grad_(True)
+            if "g" in node:
+                grad = _torch_load(torch, self.blob(node["g"]))
+                if not isinstance(grad, torch.Tensor) or grad.shape != tensor.shape or not tensor.requires_grad:
+                    raise WireError("a gradient that does not fit its tensor")
+                tensor.grad = grad.to(tensor.dtype)
+            return tensor
         if tag == "tdtype":
             dtype = getattr(torch, str(value), None)
             if not isinstance(dtype, torch.dtype):

@@ -136,9 +136,12 @@ def evaluate_accuracy(model: nn.Module, dataset: LabelledDataset) -> float:
     Evaluates in **eval mode** under ``torch.no_grad()`` — BatchNorm then uses its running statistics
     and updates nothing, dropout is off — and restores the model's previous mode afterwards. The model
     is not mutated. ``logits = model(features)``: ``(n, n_classes)``; prediction ``argmax(dim=1)``.
+    An empty dataset is refused (``ValueError`` naming ``dataset``), as the lesson's solution does.
     """
     model = require_module("model", model)
     dataset = require_dataset("dataset", dataset)
+    if len(dataset) == 0:
+        raise ValueError("dataset must hold at least one example: the accuracy of no examples is undefined")
     was_training = model.training
     model.eval()
     try:

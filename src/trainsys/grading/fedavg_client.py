@@ -57,13 +57,6 @@ def _batch(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return DATA.features[idx], DATA.labels[idx]
 
 
-def _grads_come_back(fn: Callable[..., Any]) -> bool:
-    """Whether the ``.grad`` a call leaves on the caller's model can be inspected: not when ``fn`` runs in the
-    grading sandbox (it has ``peak_memory``), whose data-only channel carries parameters, buffers and modes
-    but no ``.grad`` — there the ``.grad`` clauses are checked in the notebook kernel only."""
-    return getattr(fn, "peak_memory", None) is None
-
-
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor | None]:
     """Copies of every parameter's ``.grad`` (``None`` kept)."""
     return {name: None if p.grad is None else p.grad.detach().clone() for name, p in model.named_parameters()}
@@ -92,7 +85,7 @@ def _refused_untouched(fn: Callable[..., Any], label: str, argument: str, model:
     if training_flags(model) != flags:
         raise CheckFailure(f"[{label}] the model's training/eval mode changed although the input was refused: "
                            "validate every argument before touching the model")
-    now = _grads(model) if _grads_come_back(fn) else grads
+    now = _grads(model)
     for name, g in grads.items():
         if (g is None) != (now[name] is None) or (g is not None and not torch.equal(g, now[name])):
             raise CheckFailure(f"[{label}] {name}.grad changed although the input was refused: validate every "
@@ -278,8 +271,7 @@ def check_local_sgd_step(fn: Callable[..., Any]) -> str:
         if training_flags(model) != expected[3]:
             raise CheckFailure(f"[{label}] the model's training/eval mode changed: leave the mode as found "
                                f"(expected {expected[3]}, got {training_flags(model)} for model.modules())")
-        if _grads_come_back(fn):
-            _assert_grads(label, _grads(model), expected[2])
+        _assert_grads(label, _grads(model), expected[2])
 
     count = run_torch_cases("local_sgd_step", fn, _with_state(ref.local_sgd_step), cases, compare,
                             mutable=(0,), compare_with_inputs=True, count_only=True)
