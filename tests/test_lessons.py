@@ -2,9 +2,9 @@
 
 Checks, per notebook in ``solutions/``: the seven sections of a lesson in order, a display equation,
 exactly one graded answer cell with one solution region, visible tests, exactly one hidden-test cell
-that calls ``trainsys.grading``, 5 points in all, unique nbgrader ids; and across the course: every
-notebook appears in ``_toc.yml``, every ``_toc.yml`` entry exists, and no paragraph of prose is shared
-between two notebooks.
+that calls ``trainsys.grading``, 5 points in all, unique nbgrader ids; every Checkpoint question's
+answer folded in a collapsed ``<details>`` block; and across the course: every notebook appears in
+``_toc.yml``, every ``_toc.yml`` entry exists, and no paragraph of prose is shared between two notebooks.
 """
 
 from __future__ import annotations
@@ -83,6 +83,42 @@ def test_lesson_anatomy(path: Path) -> None:
     cell_ids = [c.get("id") for c in nb.cells]
     assert len(cell_ids) == len(set(cell_ids)), f"{path.name}: duplicated cell ids"
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "sources are stored without outputs"
+
+
+QUESTION = re.compile(r"\*\*Question(?: \d+)?\.\*\*")
+# A folded answer: the question's own paragraph(s), then a <details> block whose summary is "Answer", with
+# blank lines around the markdown body (so that maths and emphasis render in JupyterLab and in the book).
+FOLDED = re.compile(r"\n\n<details>\n<summary>Answer</summary>\n\n(?P<body>.*?)\n\n</details>(?=\n\n|\Z)", re.S)
+# An answer in plain sight: an "Answer" label opened by emphasis, "*(Answer:", "*Answer:*", "_Answer._", ...
+ANSWER_MARKER = re.compile(r"[*_]\(?\s*Answer\b")
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+def test_checkpoint_answers_are_folded(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    cells = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    start = next(i for i, s in enumerate(cells) if re.search(r"^## Checkpoint\s*$", s, flags=re.M))
+    before, checkpoint = "\n\n".join(cells[:start]), cells[start:]
+    assert not QUESTION.search(before), f"{path.name}: a **Question.** outside the Checkpoint"
+    assert sum(len(QUESTION.findall(s)) for s in checkpoint) >= 1, f"{path.name}: the Checkpoint asks no **Question.**"
+
+    for source in checkpoint:
+        questions = [m.start() for m in QUESTION.finditer(source)]
+        blocks = list(FOLDED.finditer(source))
+        assert source.count("<details>") == len(blocks), f"{path.name}: a <details> block not in the answer form"
+        assert len(blocks) == len(questions), f"{path.name}: {len(questions)} questions but {len(blocks)} folded answers"
+        for k, (q, block) in enumerate(zip(questions, blocks)):
+            following = questions[k + 1] if k + 1 < len(questions) else len(source)
+            assert q < block.start() < following, f"{path.name}: question {k + 1}'s answer does not follow it"
+            assert block.group("body").strip(), f"{path.name}: question {k + 1} has an empty answer"
+            # an unlabelled answer in plain sight: an emphasised paragraph between the question and its block
+            assert not re.search(r"\n\n[*_]", source[q:block.start()]), (
+                f"{path.name}: question {k + 1} is followed by an emphasised paragraph before its answer")
+        outside = FOLDED.sub("", source)
+        assert not ANSWER_MARKER.search(outside), f"{path.name}: an answer in plain sight outside a <details> block"
+
+    for source in cells[:start]:
+        assert not ANSWER_MARKER.search(source), f"{path.name}: an answer marker outside the Checkpoint"
 
 
 def test_toc_and_lessons_agree() -> None:
