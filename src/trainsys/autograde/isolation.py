@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from trainsys.autograde import wire
-from trainsys.autograde.sandbox import Cgroup, SandboxConfig, wrap
+from trainsys.autograde.sandbox import MEASURABLE_MALLOC, Cgroup, SandboxConfig, wrap
 from trainsys.autograde.wire import Alias, Kept, Same, View, WireError
 
 GUARDED_MODULES = ("numpy", "numpy.testing", "trainsys.grading", "trainsys.grading._harness", "builtins")
@@ -441,11 +441,10 @@ class StudentProcess:
         self.cgroup = None
         if sandbox is not None:
             self.cgroup = Cgroup(sandbox)
-            command = wrap(command, sandbox, cgroup=self.cgroup)
+            command = wrap(command, sandbox, cgroup=self.cgroup, env=MEASURABLE_MALLOC)
             env = None
         else:
-            env = {**os.environ, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg",
-                   "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}
+            env = {**os.environ, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg", **MEASURABLE_MALLOC}
             if memory_limit_bytes:
                 def preexec() -> None:  # pragma: no cover - runs in the child before exec
                     import resource

@@ -44,7 +44,11 @@ ENV_VAR = "TRAINSYS_SANDBOX"  # JSON of SandboxConfig, or "off"; set by the grad
 SRC = Path(__file__).resolve().parents[2]  # <course>/src: the package source, bound read-only
 SYSTEM_DIRS = ("/usr", "/etc", "/opt")  # read-only; /bin, /lib, … are symlinks into /usr (merged /usr)
 MERGED_USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-SLOT_UID_BASE = 61000  # uid of grading slot k when the grader runs as root: SLOT_UID_BASE + k
+SLOT_UID_BASE = 61000
+# For processes whose memory the grader measures from outside: arrays of 64 KiB or more get pages of
+# their own, returned when freed, so the resident set follows the live arrays (a kernel does without:
+# an mmap per large array costs it time).
+MEASURABLE_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}  # uid of grading slot k when the grader runs as root: SLOT_UID_BASE + k
 
 
 class SandboxUnavailable(RuntimeError):
@@ -129,10 +133,7 @@ def wrap(command: list[str], config: SandboxConfig, *, rw: tuple[str, ...] = (),
     inner_env = {"HOME": "/home/student", "USER": "student", "LOGNAME": "student", "PATH": "/usr/bin:/bin",
                  "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore", "PYTHONDONTWRITEBYTECODE": "1",
                  "MPLCONFIGDIR": "/tmp/matplotlib", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-                 "MKL_NUM_THREADS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-                 # arrays of 64 KiB or more get pages of their own, returned when freed: the resident set
-                 # follows the live arrays, so a peak measured from outside is the arrays' peak
-                 "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072", **(env or {})}
+                 "MKL_NUM_THREADS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1", **(env or {})}
     for key, value in inner_env.items():
         args += ["--setenv", key, value]
     args += ["--chdir", chdir, "--"]
