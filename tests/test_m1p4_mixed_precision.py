@@ -298,3 +298,19 @@ def test_m1_24_float16_halves_activation_bytes_as_the_accounting_says() -> None:
     assert mixed["master weights (float32)"] == sum(v.nbytes for v in params.values())
     with pytest.raises(ValueError, match="precision"):
         training_memory_by_precision(12, 20, 3, 64, "bfloat16")
+
+
+def test_m1_24_scale_stops_growing_where_torch_gradscaler_does() -> None:
+    torch_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**125, growth_interval=1)
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([w], lr=0.0)
+    ours = mp.init_loss_scaler(init_scale=2.0**125, growth_interval=1)
+    for _ in range(5):  # 2^126, 2^127, then held: 2^128 is not a float32
+        opt.zero_grad()
+        torch_scaler.scale(w.sum()).backward()
+        torch_scaler.step(opt)
+        torch_scaler.update()
+        ours = mp.update_loss_scale(ours, False)
+        assert ours["scale"] == torch_scaler.get_scale()
+        assert ours["growth_tracker"] == int(torch_scaler._growth_tracker.item()) == 0
+    assert ours["scale"] == 2.0**127

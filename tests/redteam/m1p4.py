@@ -633,6 +633,14 @@ def _mps_alt_inline(master, X, Y, scaler, lr):
     return new_master, new_scaler, {"loss": loss, "skipped": skipped, "scale_used": float(s)}
 
 
+def _mps_alt_inline_ceiling(master, X, Y, scaler, lr):
+    """The inline step above, with lesson 24's float32 ceiling (added after the red team wrote it)."""
+    new_master, new_scaler, info = _mps_alt_inline(master, X, Y, scaler, lr)
+    if new_scaler["scale"] > float(np.finfo(np.float32).max):  # 2^128 and above are not float32
+        new_scaler["scale"] = float(scaler["scale"])
+    return new_master, new_scaler, info
+
+
 MUTANTS = {
     "cast_to_half_precision": [
         ("accepts integer/bool arrays in tree (contract: a non-float array -> TypeError naming tree)",
@@ -703,6 +711,9 @@ MUTANTS = {
         ("new scale stored as np.float32 (contract: floats)", _mps_float32_scale),
         ("no np.errstate: overflow RuntimeWarnings on every probe (contract: run under errstate)",
          _mps_no_errstate),
+        # written as a correct alternative before lesson 24 stated GradScaler's float32 ceiling
+        ("the whole step inline, growing the scale past float32's largest value (contract: a growth that would "
+         "overflow float32 keeps s)", _mps_alt_inline),
     ],
 }
 
@@ -718,6 +729,6 @@ ALTERNATIVES = {
         ("min/max propagate nan; size guard for empty arrays", _nf_alt_min_max),
         ("np.isnan(...).any() or np.isinf(...).any()", _nf_alt_isnan_isinf),
     ],
-    "mixed_precision_step": [("the whole step written inline, tracker compared after incrementing",
-                              _mps_alt_inline)],
+    "mixed_precision_step": [("the whole step written inline, the grown scale kept only if float32 holds it",
+                              _mps_alt_inline_ceiling)],
 }

@@ -335,6 +335,9 @@ def check_mixed_precision_step(fn: Callable[..., Any]) -> str:
         ("batch 1, widths 1", _step_case(7, 1, 1, 1, 1, ref.init_loss_scaler(2.0**4, growth_interval=5))),
         ("a nan in X: skip and back off", _step_case(8, 8, 4, 6, 2, ref.init_loss_scaler(2.0**12, 4.0, 0.125),
                                                       nan_input=True)),
+        # targets equal to the float16 prediction: zero gradients, a clean step even at the largest scale
+        ("scale 2^127 at the growth interval: 2^128 overflows float32, so the scale stays (as GradScaler's)",
+         _step_case(9, 8, 4, 6, 2, ref.init_loss_scaler(2.0**127, growth_interval=1), residual=0.0)),
     ]
     originals = {label: make for label, make in cases}
 

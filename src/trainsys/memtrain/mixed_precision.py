@@ -188,7 +188,9 @@ def update_loss_scale(scaler: Mapping[str, float | int], found_inf: bool) -> dic
         \text{else}:\ t \leftarrow t + 1,\ \text{and if } t = \text{growth\_interval}:\
         s \leftarrow s \cdot \text{growth},\ t \leftarrow 0
 
-    with ``t = growth_tracker``, the number of consecutive clean steps since the last change.
+    with ``t = growth_tracker``, the number of consecutive clean steps since the last change. As in
+    torch (whose scale is a float32 tensor), a growth that would overflow float32 keeps the scale
+    (the tracker still resets): the scale stops at :math:`2^{127}` with the default factor 2.
     ``found_inf`` must be a ``bool``.
     """
     scaler = _validate_scaler(scaler)
@@ -200,7 +202,10 @@ def update_loss_scale(scaler: Mapping[str, float | int], found_inf: bool) -> dic
     else:
         scaler["growth_tracker"] += 1
         if scaler["growth_tracker"] == scaler["growth_interval"]:
-            scaler["scale"] *= scaler["growth_factor"]
+            grown = scaler["scale"] * scaler["growth_factor"]
+            with np.errstate(over="ignore"):
+                if np.isfinite(np.float32(grown)):  # torch keeps its float32 scale when growing would overflow
+                    scaler["scale"] = grown
             scaler["growth_tracker"] = 0
     return scaler
 
