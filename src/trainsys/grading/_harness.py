@@ -65,6 +65,25 @@ def call(fn: Callable[..., Any], case: str, *args: Any, **kwargs: Any) -> Any:
         raise CheckFailure(f"[{case}] raised {type(exc).__name__}: {exc}") from None
 
 
+def _expect_refusal(fn: Callable[..., Any], case: str, errors: tuple[type[BaseException], ...],
+                    unnamed: Callable[[str], str | None], args: tuple, kwargs: dict) -> None:
+    """``fn(*args, **kwargs)`` must raise one of ``errors``; ``unnamed(message)`` says what the message lacks."""
+    names = " or ".join(e.__name__ for e in errors)
+    try:
+        fn(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailure(f"[{case}] the function is not implemented yet (it raised NotImplementedError)") from None
+    except errors as exc:
+        lacking = unnamed(str(exc))
+        if lacking:
+            raise CheckFailure(f"[{case}] raised {type(exc).__name__} as it should, but its message {str(exc)!r} "
+                               f"{lacking}") from None
+        return
+    except Exception as exc:  # noqa: BLE001
+        raise CheckFailure(f"[{case}] must raise {names}, but raised {type(exc).__name__}: {exc}") from None
+    raise CheckFailure(f"[{case}] must raise {names} for this invalid input, but returned normally")
+
+
 def expect_raises(
     fn: Callable[..., Any],
     case: str,
@@ -78,29 +97,14 @@ def expect_raises(
     ``argument`` may also be a tuple of strings, all of which the message must contain (the argument
     and what the contract says the message shows: an index such as ``shards[1]``, both counts, a key).
     """
-    names = " or ".join(e.__name__ for e in errors)
-    try:
-        fn(*args, **kwargs)
-    except NotImplementedError:
-        raise CheckFailure(f"[{case}] the function is not implemented yet (it raised NotImplementedError)") from None
-    except errors as exc:
+    def unnamed(message: str) -> str | None:
         if isinstance(argument, tuple):
-            missing = [part for part in argument if part not in str(exc)]
-            if missing:
-                raise CheckFailure(
-                    f"[{case}] raised {type(exc).__name__} as it should, but its message {str(exc)!r} "
-                    f"does not show {', '.join(map(repr, missing))} (it must name {', '.join(map(repr, argument))})"
-                ) from None
-            return
-        if argument not in str(exc):
-            raise CheckFailure(
-                f"[{case}] raised {type(exc).__name__} as it should, but its message {str(exc)!r} "
-                f"does not name the argument {argument!r}"
-            ) from None
-        return
-    except Exception as exc:  # noqa: BLE001
-        raise CheckFailure(f"[{case}] must raise {names}, but raised {type(exc).__name__}: {exc}") from None
-    raise CheckFailure(f"[{case}] must raise {names} for this invalid input, but returned normally")
+            missing = [part for part in argument if part not in message]
+            return (f"does not show {', '.join(map(repr, missing))} (it must name {', '.join(map(repr, argument))})"
+                    if missing else None)
+        return None if argument in message else f"does not name the argument {argument!r}"
+
+    _expect_refusal(fn, case, errors, unnamed, args, kwargs)
 
 
 def expect_raises_naming_any(
@@ -115,21 +119,13 @@ def expect_raises_naming_any(
     the contract leaves the culprit open (two arrays that disagree, an inconsistent cache), any of the
     arrays involved may be named — only an anonymous error (NumPy's own broadcasting or matmul message)
     fails."""
-    names_text = " or ".join(e.__name__ for e in errors)
-    try:
-        fn(*args, **kwargs)
-    except NotImplementedError:
-        raise CheckFailure(f"[{case}] the function is not implemented yet (it raised NotImplementedError)") from None
-    except errors as exc:
-        if not any(name in str(exc) for name in names):
-            raise CheckFailure(
-                f"[{case}] raised {type(exc).__name__} as it should, but its message {str(exc)!r} names none of "
-                f"{', '.join(map(repr, names))}: validate the shapes yourself and say which argument is wrong"
-            ) from None
-        return
-    except Exception as exc:  # noqa: BLE001
-        raise CheckFailure(f"[{case}] must raise {names_text}, but raised {type(exc).__name__}: {exc}") from None
-    raise CheckFailure(f"[{case}] must raise {names_text} for this invalid input, but returned normally")
+    def unnamed(message: str) -> str | None:
+        if any(name in message for name in names):
+            return None
+        return (f"names none of {', '.join(map(repr, names))}: validate the shapes yourself and say which "
+                "argument is wrong")
+
+    _expect_refusal(fn, case, errors, unnamed, args, kwargs)
 
 
 def default_tolerance(dtype: np.dtype) -> tuple[float, float]:

@@ -32,6 +32,16 @@ ZERO_STAGES = (0, 1, 2, 3)
 GB = 1e9
 
 
+def _floating_dtype(dtype: object) -> np.dtype:
+    """``dtype`` as a NumPy floating dtype; ``TypeError`` naming ``dtype`` otherwise."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a NumPy floating dtype, got {dtype!r}") from None
+    if not np.issubdtype(dt, np.floating):
+        raise TypeError(f"dtype must be a floating dtype, got {dt}")
+    return dt
+
 def _require_precision(precision: object) -> str:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -46,13 +56,7 @@ def compute_param_memory_bytes(params_or_shapes: object, dtype: object = np.floa
     or shape tuples; arrays count by their shape, not their own dtype (the question is "what would
     these parameters cost in ``dtype``"). ``dtype`` must be a floating dtype.
     """
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype must be a NumPy floating dtype, got {dtype!r}") from None
-    if not np.issubdtype(dt, np.floating):
-        raise TypeError(f"dtype must be a floating dtype, got {dt}")
-    return count_parameters(params_or_shapes) * dt.itemsize
+    return count_parameters(params_or_shapes) * _floating_dtype(dtype).itemsize
 
 
 def count_parameters(params_or_shapes: object, name: str = "params_or_shapes") -> int:
@@ -118,13 +122,7 @@ def compute_peak_activation_memory_bytes(
     widths = validate_layer_widths(layer_widths)
     n = require_int("batch", batch, minimum=1)
     M = require_int("num_micro_batches", num_micro_batches, minimum=1, maximum=n)
-    try:
-        activation_dtype = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype must be a NumPy floating dtype, got {dtype!r}") from None
-    if not np.issubdtype(activation_dtype, np.floating):
-        raise TypeError(f"dtype must be a floating dtype, got {activation_dtype}")
-    itemsize = activation_dtype.itemsize
+    itemsize = _floating_dtype(dtype).itemsize
     rows = -(-n // M)
     timeline = checkpointing_memory_timeline(widths, rows, segment_size, itemsize, include_gradients=False)
     return max(b for _, b in timeline)
