@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,7 @@ class Cgroup:
         self.paths: list[Path] = []
         if os.geteuid() != 0:
             return
-        name = f"trainsys-{os.getpid()}-{next(tempfile._get_candidate_names())}"
+        name = f"trainsys-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         for controller, root in self.ROOTS.items():
             path = root / name
             try:
