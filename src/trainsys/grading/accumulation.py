@@ -49,6 +49,38 @@ __all__ = [
 
 
 
+CLAUSES = {
+    "split_into_micro_batches": {
+        "sizes": ("n=10, num_micro_batches=3",),
+        "mutation": ("n=8, num_micro_batches=2",),
+        "failure modes": ("num_micro_batches = True", "num_micro_batches = 0",
+                          "Y has 5 rows for 6 and num_micro_batches = 7: the rows are validated first", "integer X"),
+        "metric that proves it correct": ("n=10, num_micro_batches=3",),
+    },
+    "accumulate_gradients": {
+        "mutation": ("acc=None starts the sum", "adding into an existing sum"),
+        "dtype": ("acc=None with float16 grads", "float16 grads into a float32 buffer"),
+        "failure modes": ("grads with an extra key 'W3'", "integer grads['W2']", "grads['b1'] of shape (1,)",
+                          "grads['W2'] of shape (2, 4) for (4, 2): refused before any key is added",
+                          "integer acc['W1']"),
+        "metric that proves it correct": ("adding into an existing sum",),
+    },
+    "scale_accumulated_gradients": {
+        "mutation": ("scale 1/10",),
+        "dtype": ("scale 1/10",),
+        "failure modes": ("scale = 0", "scale = True", "integer acc['b2']"),
+        "metric that proves it correct": ("scale 1/10",),
+    },
+    "grad_accumulation_step": {
+        "mutation": ("n=12, num_micro_batches=1",),
+        "memory": ("memory, parameters dominate", "memory, activations dominate"),
+        "failure modes": ("lr = -0.1", "lr = True"),
+        "metric that proves it correct": ("n=10, num_micro_batches=3", "n=12, num_micro_batches=3"),
+    },
+}
+"""The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
+
+
 def _data(n: int, d_in: int = 3, d_out: int = 2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return mlp.make_synthetic_regression_batch(n, d_in, d_out, np.random.default_rng(seed))
 
