@@ -46,6 +46,27 @@ def _verdicts(package: str, attribute: str) -> tuple[int, int, int]:
     return rejected, accepted, total
 
 
+def _clauses() -> tuple[int, int, int, int]:
+    """``(clauses stated, clauses enforced, declared cases, witnesses)``: a clause is enforced when its check
+    declares cases for it and every witness that breaks it fails at one of them (``tests/test_clauses.py``)."""
+    from tests.clauses import all_witnesses, clause_problems
+    from trainsys.grading.clauses import declared_clauses, stated_clauses
+
+    declared, witnesses = declared_clauses(), all_witnesses()
+    stated = enforced = cases = count = 0
+    for lesson in _lessons():
+        function, keys = stated_clauses(lesson)
+        for key in keys:
+            stated += 1
+            labels = declared.get(function, {}).get(key, ())
+            mine = witnesses.get(function, {}).get(key, [])
+            cases += len(labels)
+            count += len(mine)
+            if labels and not clause_problems(function, key, labels, mine):
+                enforced += 1
+    return stated, enforced, cases, count
+
+
 def bench_mutants() -> None:
     """How many realistic wrong implementations the hidden checks reject (the developers' and the blind red
     team's), how many correct alternatives they accept, and the check time."""
@@ -58,6 +79,8 @@ def bench_mutants() -> None:
     print(f"mutants rejected: developers' {developers} / {dev_total}, red team's {red} / {red_total}, "
           f"all {developers + red} / {dev_total + red_total}")
     print(f"correct alternatives accepted: {alternatives} / {alt_total}")
+    stated, enforced, cases, witnesses = _clauses()
+    print(f"contract clauses enforced / stated: {enforced} / {stated} ({cases} declared cases, {witnesses} witnesses)")
     print(f"mean check time per answer: {elapsed / max(dev_total + red_total + alt_total, 1) * 1000:.1f} ms")
 
 
