@@ -132,6 +132,33 @@ def test_m2_12_clone_shares_no_memory() -> None:
     assert p["W0"][0, 0] != c["W0"][0, 0] and all(c[k].dtype == p[k].dtype for k in p)
 
 
+def test_m2_12_clone_is_bit_for_bit() -> None:
+    # -0.0, a signalling NaN, a negative NaN with a payload, ±inf, a subnormal: a float64 round trip or x + 0.0
+    # would change some of these bits (the Values clause)
+    bits = np.array([0x80000000, 0x7F800001, 0xFFC00123, 0x7F800000, 0xFF800000, 0x00000001], np.uint32)
+    special = {"f": bits.view(np.float32), "h": np.array([0x8000, 0x7C01, 0x0001], np.uint16).view(np.float16)}
+    c = tree.clone_params(special)
+    for k in special:
+        assert c[k].tobytes() == special[k].tobytes() and c[k].dtype == special[k].dtype
+        assert not np.shares_memory(c[k], special[k])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_m2_13_scale_rounding_within_2u_and_exact_for_powers_of_two(dtype) -> None:
+    x = np.random.default_rng(16).standard_normal(4096).astype(dtype)
+    u = float(np.finfo(dtype).eps) / 2
+    for c in (0.1, -1.3, 0.7, 3, 1e-3, np.float32(0.3), np.int64(-7)):
+        exact = float(c) * x.astype(np.float64)  # float64: 2^-53 from exact, far below u
+        got = tree.scale_params({"x": x}, c)["x"]
+        normal = np.abs(exact) >= np.finfo(dtype).tiny  # the clause's bound holds in the normal range
+        assert got.dtype == dtype
+        assert np.max(np.abs(got.astype(np.float64) - exact)[normal] / np.abs(exact[normal])) <= 2 * u + u * u, c
+    x = x[np.abs(x) > 1e-2]  # products by these powers of two stay in the normal range
+    for c in (0.5, -2.0, 0.25, 8, -1.0, 2.0**-3):
+        exact = (float(c) * x.astype(np.float64)).astype(dtype)  # representable: the cast rounds nothing
+        np.testing.assert_array_equal(tree.scale_params({"x": x}, c)["x"], exact)
+
+
 def test_m2_13_14_scale_and_subtract_are_key_by_key() -> None:
     a, b = _tree(14), _tree(15)
     s = tree.scale_params(a, -2.5)
@@ -143,6 +170,14 @@ def test_m2_13_14_scale_and_subtract_are_key_by_key() -> None:
         tree.subtract_params(a, {**b, "b0": b["b0"][None, :]})  # (1, 4) would broadcast against (4,)
     with pytest.raises(ValueError, match="keys"):
         tree.subtract_params(a, {**b, "extra": b["b0"]})
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 7, 9, 16])
+def test_m2_15_mean_of_copies_is_that_tree_bit_for_bit(k: int) -> None:
+    t = _tree(25, np.float32)
+    mean = tree.average_params([t] * k)
+    for key in t:
+        assert mean[key].tobytes() == t[key].tobytes(), (k, key)
 
 
 def test_m2_15_average_params_equals_numpy_average() -> None:
@@ -219,11 +254,20 @@ BAD = [
     (tree.average_params, ([],), ValueError, "list_of_params"),
     (tree.average_params, ([_tree(0), _tree(1)], [1.0, -1.0]), ValueError, "weights"),
     (tree.average_params, ([_tree(0), _tree(1)], [1.0]), ValueError, "weights"),
+    (tree.average_params, (_tree(0),), TypeError, "list_of_params"),
+    (tree.average_params, ([_tree(0), {**_tree(1), "b0": np.ones(1)}],), ValueError, "b0"),
+    (tree.average_params, ([_tree(0), _tree(1)], [1.0, float("nan")]), ValueError, "weights"),
     (tree.scale_params, (_tree(0), float("inf")), ValueError, "c"),
+    (tree.scale_params, (_tree(0), True), TypeError, "c"),
+    (tree.subtract_params, (_tree(0), {**_tree(1), "extra": np.ones(2)}), ValueError, "extra"),
+    (adamw.decoupled_weight_decay, (list(_tree(0).values()), 1e-3, 0.1), TypeError, "params"),
     (outer.update_outer_momentum, (outer.init_outer_optimizer(_tree(0)), _tree(1), 1.0), ValueError, "momentum"),
     (outer.nesterov_outer_step, (_tree(0), outer.init_outer_optimizer(_tree(0)), _tree(1), 0.0, 0.9), ValueError, "lr"),
     (outer.compute_outer_gradient, (_tree(0), []), TypeError, "worker_params"),
     (outer.compute_outer_gradient, (_tree(0), [{"W0": np.ones((5, 4))}]), ValueError, "worker_params"),
+    (outer.compute_outer_gradient, (_tree(0), [{**_tree(1), "b0": np.ones(1)}]), ValueError, "b0"),
+    (outer.compute_outer_gradient, ({**_tree(0), "W0": np.ones((5, 4), np.int64)}, [_tree(1)]), TypeError,
+     "global_params"),
 ]
 
 

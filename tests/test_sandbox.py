@@ -408,3 +408,28 @@ def test_parameters_carry_their_grad_both_ways() -> None:
         seen = student.function(model)
     assert torch.equal(seen, torch.ones(3, 2)), "the stale .grad must reach the student's function"
     assert model.weight.grad is None and torch.equal(model.bias.grad, torch.full((3,), 7.0))
+
+
+def test_what_a_call_does_to_the_global_generators_comes_back() -> None:
+    """A function that seeds or draws from NumPy's or torch's global generator leaves them, here, as it
+    would in the kernel — so a check's "the global generators are untouched" case sees it."""
+    import numpy as np
+    import torch
+
+    source = ("import numpy as np, torch\n"
+              "def f(x):\n"
+              "    np.random.seed(7); torch.manual_seed(7)\n"
+              "    return x + float(np.random.standard_normal()) + float(torch.rand(()))\n"
+              "def g(x):\n"
+              "    return x + float(np.random.standard_normal()) + float(torch.randn(()))\n")
+    namespace: dict = {}
+    exec(source, namespace)
+    with _student(source, "f") as f_student, _student(source, "g") as g_student:
+        for name, remote in (("f", f_student.function), ("g", g_student.function)):
+            np.random.seed(3); torch.manual_seed(3)
+            expected = namespace[name](1.0)
+            states = (np.random.get_state()[1].copy(), torch.get_rng_state().clone())
+            np.random.seed(3); torch.manual_seed(3)
+            assert remote(1.0) == expected, name
+            assert np.array_equal(np.random.get_state()[1], states[0]), f"{name}: NumPy's global state"
+            assert torch.equal(torch.get_rng_state(), states[1]), f"{name}: torch's global state"

@@ -346,6 +346,36 @@ def _display(*objects: Any, **kwargs: Any) -> None:  # pragma: no cover - runs i
     return None
 
 
+def _global_generators() -> dict:
+    """The global generators' states (NumPy's legacy one; torch's CPU one if torch is loaded), as wire data.
+
+    A call carries them to the student's process and back, so that a check sees what the call did to the
+    global generators (seeding them, drawing from them) exactly as it would in the kernel.
+    """
+    state = np.random.get_state()
+    states: dict = {"numpy": [str(state[0]), state[1], int(state[2]), int(state[3]), float(state[4])]}
+    if "torch" in sys.modules:
+        states["torch"] = sys.modules["torch"].get_rng_state()
+    return states
+
+
+def _set_global_generators(states: Any) -> None:
+    """Set the global generators from :func:`_global_generators`' data; ``WireError`` if it is not such data."""
+    try:
+        name, keys, pos, has_gauss, cached = states["numpy"]
+        if type(keys) is not np.ndarray or keys.dtype != np.uint32 or keys.shape != (624,):
+            raise ValueError("a NumPy state without 624 uint32 keys")
+        np.random.set_state((str(name), keys, int(pos), int(has_gauss), float(cached)))
+        if "torch" in states:
+            import torch
+
+            if not isinstance(states["torch"], torch.Tensor) or states["torch"].dtype != torch.uint8:
+                raise ValueError("a torch state that is not a uint8 tensor")
+            torch.set_rng_state(states["torch"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise WireError(f"invalid global generator states: {exc}") from None
+
+
 def _child_main() -> None:  # pragma: no cover - runs in the student process
     """Execute the student's cells, then serve calls of the graded function until the channel closes.
 
@@ -382,6 +412,8 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
         except EOFError:
             return
         args, kwargs = request["args"], request["kwargs"]
+        if "generators" in request:
+            _set_global_generators(request["generators"])
         objects = [(p, o) for p, o in _walk((args, kwargs)) if len(p) >= 2 and isinstance(o, _shared_types())]
         originals = {id(o): p for p, o in objects}  # ``objects`` keeps them alive: no id is reused
         traced = False
@@ -406,7 +438,7 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
                     wire.send(stdout, {"done": True})
                     wire.receive(stdin)
             reply = {"ok": True, "result": _encode_result(result, (args, kwargs)),
-                     "args": _mark_kept((args, kwargs), originals),
+                     "args": _mark_kept((args, kwargs), originals), "generators": _global_generators(),
                      "warnings": [[w.category.__name__, str(w.message)[:500]] for w in caught[:20]]}
             if traced:
                 reply["peak"] = peak
@@ -416,7 +448,8 @@ def _child_main() -> None:  # pragma: no cover - runs in the student process
             message = f"the result cannot be sent back: {exc}" if isinstance(exc, WireError) else str(exc)
             failure = {"ok": False, "type": kind, "message": message[:2000]}
             try:  # what the call did to its arguments before it raised (a generator it advanced, …)
-                data = wire.dumps({**failure, "args": _mark_kept((args, kwargs), originals)})
+                data = wire.dumps({**failure, "args": _mark_kept((args, kwargs), originals),
+                                   "generators": _global_generators()})
             except BaseException:  # noqa: BLE001 - arguments we cannot send back: the failure alone
                 data = wire.dumps(failure)
         stdout.write(data)
@@ -531,7 +564,7 @@ class StudentProcess:
         resident set before — numbers the student's code cannot touch. Otherwise (no permission to
         reset) the student process measures itself with ``tracemalloc``.
         """
-        self._send({"args": tuple(args), "kwargs": dict(kwargs), "measure": True})
+        self._send({"args": tuple(args), "kwargs": dict(kwargs), "measure": True, "generators": _global_generators()})
         self._expect("ready")
         pid = self.main_pid()
         baseline = _reset_peak(pid) if pid is not None else None
@@ -548,7 +581,7 @@ class StudentProcess:
         return result, traced
 
     def call(self, args: tuple, kwargs: dict) -> Any:
-        self._send({"args": tuple(args), "kwargs": dict(kwargs)})
+        self._send({"args": tuple(args), "kwargs": dict(kwargs), "generators": _global_generators()})
         return self._finish(args, kwargs)[0]
 
     def _finish(self, args: tuple, kwargs: dict) -> tuple[Any, dict]:
@@ -559,6 +592,8 @@ class StudentProcess:
             after = reply.get("args")
             well_formed = (type(after) is tuple and len(after) == 2 and type(after[0]) is tuple
                            and type(after[1]) is dict)
+            if "generators" in reply:  # what the call did to the global generators, as in the kernel
+                _set_global_generators(reply["generators"])
             if not reply["ok"]:
                 if well_formed:
                     _write_back(tuple(args), kwargs, after)

@@ -215,14 +215,52 @@ def assert_array_dict(
         assert_array(case, f"{what}[{key!r}]", got[key], expected[key], **tolerance)
 
 
+_SCALARS = (bool, int, float, complex, str, bytes, type(None), np.generic, np.dtype, type)
+_READ_ONLY = "the contract says the input is read, never written"
+
+
 def assert_unchanged(case: str, what: str, before: Any, after: Any) -> None:
-    """Fail when the student's function mutated an input it promised to leave alone."""
+    """Fail when the student's function changed an input it promised to leave alone.
+
+    ``after`` (the argument after the call) must equal ``before`` (a snapshot, or a fresh build of it):
+    same types, dict keys, list and tuple lengths, array dtypes, shapes and values, same plain values
+    inside (a step counter bumped in the caller's dict). A shape tuple replaced by an array, an array cast
+    to another dtype, a list reversed or popped are all changes. Other objects (generators, modules) are
+    compared by the checks that own them.
+    """
+    if type(before) is not type(after):
+        raise CheckFailure(f"[{case}] {what} was replaced: it was a {type(before).__name__}, after the call it is a "
+                           f"{type(after).__name__}; {_READ_ONLY}")
     if isinstance(before, Mapping):
+        if set(before) != set(after):
+            raise CheckFailure(f"[{case}] the keys of {what} changed from {sorted(map(str, before))} to "
+                               f"{sorted(map(str, after))}; {_READ_ONLY}")
         for key in before:
             assert_unchanged(case, f"{what}[{key!r}]", before[key], after[key])
-        return
-    if isinstance(before, np.ndarray) and not np.array_equal(before, after, equal_nan=True):
-        raise CheckFailure(f"[{case}] the function modified its input {what} in place; it must return a new array")
+    elif isinstance(before, (list, tuple)):
+        if len(before) != len(after):
+            raise CheckFailure(f"[{case}] {what} had {len(before)} items, after the call {len(after)}; {_READ_ONLY}")
+        for i, (b, a) in enumerate(zip(before, after)):
+            assert_unchanged(case, f"{what}[{i}]", b, a)
+    elif isinstance(before, np.ndarray):
+        if before.dtype != after.dtype or before.shape != after.shape or \
+                not np.array_equal(before, after, equal_nan=True):
+            raise CheckFailure(f"[{case}] the function modified its input {what} in place (dtype, shape or values); "
+                               "it must return new arrays")
+    elif isinstance(before, _SCALARS) and not (before == after or (before != before and after != after)):
+        raise CheckFailure(f"[{case}] {what} was changed from {before!r} to {after!r}; {_READ_ONLY}")
+
+
+def against_fresh_inputs(cases: list[tuple[str, Callable[[], Args]]]) -> Callable[[str, Args], None]:
+    """``unchanged(label, inputs)`` for ``run_cases``' ``compare``: every argument after the call against a
+    fresh build of the case's inputs (for inputs a deep copy cannot snapshot faithfully)."""
+    factories = dict(cases)
+
+    def unchanged(label: str, inputs: Args) -> None:
+        for i, (b, a) in enumerate(zip(factories[label]()[0], inputs[0])):
+            assert_unchanged(label, f"argument {i + 1}", b, a)
+
+    return unchanged
 
 
 def rng_for(case_index: int, salt: int) -> np.random.Generator:

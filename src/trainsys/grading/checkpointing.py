@@ -1,8 +1,10 @@
 """Checks behind the hidden tests of Module 1, Part 3 (lessons 15–18: activation checkpointing).
 
 Depths from 1 to 9 layers, segment sizes from 1 to L (including sizes that do not divide L), widths
-that differ per layer so that an off-by-one boundary has the wrong shape or the wrong values.
-Recomputed activations must be bit-identical to the plain forward's.
+that differ per layer so that an off-by-one boundary has the wrong shape or the wrong values, and a
+float64 network (float64 must stay float64). Recomputed activations and the checkpointed gradients
+must be bit-identical to the plain pass's; inputs (arrays, lists, dicts) are read only; memory is
+measured against the reference's peak measured the same way.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from trainsys.grading._harness import (
+    assert_unchanged,
     fixed as _fixed,
     BAD,
     Args,
@@ -32,6 +35,7 @@ from trainsys.memtrain.measure import peak_memory_bytes
 TE = (TypeError,)
 """The contract says TypeError (a float such as ``2.0``, or a ``bool``, where an integer is required)."""
 VE = (ValueError,)
+"""The contract says ValueError (a legal type with an illegal value or shape)."""
 
 __all__ = [
     "check_mlp_forward_checkpointed",
@@ -39,6 +43,43 @@ __all__ = [
     "check_mlp_backward_checkpointed",
     "check_estimate_checkpointing_memory_savings",
 ]
+
+CLAUSES = {
+    "mlp_forward_checkpointed": {
+        "no copy of the input": ("L=4, widths=[3, 5, 4, 6, 2], batch=4, segment_size=1",),
+        "dtype": ("float64 network", "L=4, widths=[3, 5, 4, 6, 2], batch=4, segment_size=1"),
+        "mutation": ("L=4, widths=[3, 5, 4, 6, 2], batch=4, segment_size=1",),
+        "failure modes": ("segment_size = 2.0", "segment_size = 0", "segment_size = True",
+                          "params[1] with an extra key 'gamma'", "params[1]['W'] has 5 rows, layer 0 outputs 4"),
+        "metric that proves it correct": ("L=4, widths=[3, 5, 4, 6, 2], batch=4, segment_size=1",
+                                          "L=4, widths=[3, 5, 4, 6, 2], batch=4, segment_size=2",
+                                          "memory: widths [16] + [128] * 12 + [4]"),
+    },
+    "recompute_block_activations": {
+        "x_in comes back as it went in": ("widths=[3, 5, 4, 6, 2], start=0, stop=1",),
+        "only inputs, only activations": ("widths=[3, 5, 4, 6, 2], start=0, stop=4",),
+        "the layers that run": ("widths=[3, 5, 4, 6, 2], start=0, stop=1", "widths=[3, 5, 4, 6, 2], start=0, stop=4"),
+        "dtype and mutation": ("float64 network", "widths=[3, 5, 4, 6, 2], start=0, stop=1"),
+        "failure modes": ("start = 1.0, stop = 3.0", "integer x_in", "start = L = 3"),
+        "metric that proves it correct": ("widths=[33, 129, 65, 257, 2], start=0, stop=4",
+                                          "widths=[3, 5, 4, 6, 2], start=0, stop=1"),
+    },
+    "mlp_backward_checkpointed": {
+        "schedule": ("memory: widths [16] + [128] * 12 + [4]", "memory: widths [2048, 16, 16, 4]"),
+        "mutation": ("widths=[3, 5, 4, 6, 2], segment_size=1",),
+        "failure modes": ("dY_hat with 3 rows for a batch of 2", "a boundary missing from the cache",
+                          "segment_size = 5 > L = 3"),
+        "metric that proves it correct": ("widths=[3, 5, 4, 6, 2], segment_size=1",),
+    },
+    "estimate_checkpointing_memory_savings": {
+        "mutation": ("widths of 16 layers, batch=1024, segment_size=4", "memory: widths [64] + [512] * 8 + [8]"),
+        "failure modes": ("segment_size = 0 and batch = 0", "segment_size = 2.0", "layer_widths holding 8.0"),
+        "metric that proves it correct": ("widths of 16 layers, batch=1024, segment_size=4",
+                                          "widths of 3 layers, batch=256, segment_size=1",
+                                          "uneven widths where checkpointing costs memory"),
+    },
+}
+"""The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
 
 
 
@@ -48,6 +89,12 @@ def _net(widths: list[int], n: int, seed: int) -> tuple[list[dict[str, np.ndarra
     for layer in params:  # non-zero biases: a forgotten bias changes the values
         layer["b"] = rng.standard_normal(layer["b"].shape).astype(np.float32) * 0.1
     return params, rng.standard_normal((n, widths[0])).astype(np.float32)
+
+
+def _net64(widths: list[int], n: int, seed: int) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+    """The network of :func:`_net` in float64 (parameters and input): float64 must stay float64."""
+    params, X = _net(widths, n, seed)
+    return [{k: v.astype(np.float64) for k, v in layer.items()} for layer in params], X.astype(np.float64)
 
 
 
@@ -61,19 +108,6 @@ NETS = [  # (widths, batch, segment sizes to try)
     # product, einsum) changes the last bits here, so "bit for bit" means the same operations
     ([33, 129, 65, 257, 2], 7, [2]),
 ]
-
-
-def _unchanged(case: str, what: str, before: Any, after: Any) -> None:
-    """Inputs are read only — including arrays inside lists (layer lists, the list of boundaries)."""
-    if isinstance(before, dict):
-        for key in before:
-            _unchanged(case, f"{what}[{key!r}]", before[key], after[key])
-    elif isinstance(before, (list, tuple)):
-        for i, (old, new) in enumerate(zip(before, after)):
-            _unchanged(case, f"{what}[{i}]", old, new)
-    elif isinstance(before, np.ndarray) and not np.array_equal(before, after, equal_nan=True):
-        raise CheckFailure(f"[{case}] the function modified its input {what} in place; the contract says it is "
-                           "only read (write into new arrays, never into a boundary or a parameter)")
 
 
 def _peak_case(fn: Callable[..., Any], label: str, reference: Callable[..., Any], args: tuple, factor: float,
@@ -98,6 +132,8 @@ def _array_list(label: str, what: str, got: Any, expected: list[np.ndarray]) -> 
         kind = f"a list of {len(got)}" if isinstance(got, list) else type(got).__name__
         raise CheckFailure(f"[{label}] {what} must be a list of {len(expected)} arrays, got {kind}")
     for i, (g, e) in enumerate(zip(got, expected)):
+        # exact: activations come from the same linear_forward / relu_forward calls as the plain pass, in
+        # the network's own dtype — bit-identical by contract, not merely close
         assert_array(label, f"{what}[{i}]", g, e, exact=True)
 
 
@@ -108,9 +144,13 @@ def check_mlp_forward_checkpointed(fn: Callable[..., Any]) -> str:
     for i, (widths, n, sizes) in enumerate(NETS):
         for s in sizes:
             cases.append((f"L={len(widths) - 1}, widths={widths}, batch={n}, segment_size={s}", _fixed(*_net(widths, n, i), s)))
+    cases.append(("float64 network: widths=[4, 6, 5, 3], batch=3, segment_size=2 (float64 stays float64)",
+                  _fixed(*_net64([4, 6, 5, 3], 3, 7), 2)))
 
     def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
         Y_hat, cache = assert_tuple(label, "the result (Y_hat, ckpt_cache)", got, 2)
+        # exact: the contract's arithmetic is linear_forward's and relu_forward's, the same operations in the
+        # same dtype as deep_mlp_forward, so every bit agrees (another kernel, e.g. einsum, does not)
         assert_array(label, "Y_hat", Y_hat, expected[0], exact=True)
         if not isinstance(cache, dict) or set(cache) != {"segment_size", "boundaries"}:
             raise CheckFailure(f"[{label}] ckpt_cache must be a dict with keys 'segment_size' and 'boundaries'")
@@ -136,7 +176,7 @@ def check_mlp_forward_checkpointed(fn: Callable[..., Any]) -> str:
         ("params[1]['W'] has 5 rows, layer 0 outputs 4 (widths do not chain)", BAD, "params", _fixed(broken, X, 1)),
     ]
     count = run_cases("mlp_forward_checkpointed", fn, ref.mlp_forward_checkpointed, cases, compare, invalid,
-                      compare_with_inputs=True, unchanged=_unchanged, count_only=True)
+                      compare_with_inputs=True, unchanged=assert_unchanged, count_only=True)
     widths, n, s = DEEP
     params, X = _net(widths, n, 60)
     # The reference holds the boundaries (1 MiB each, a_4 and a_8 here) plus the layer being run: about
@@ -161,6 +201,9 @@ def check_recompute_block_activations(fn: Callable[..., Any]) -> str:
             if start < stop:
                 cases.append((f"widths={widths}, start={start}, stop={stop}",
                               _fixed(params, plain["a"][start], start, stop)))
+    params64, X64 = _net64([4, 6, 5, 3], 3, 27)
+    cases.append(("float64 network: widths=[4, 6, 5, 3], start=0, stop=3 (float64 stays float64)",
+                  _fixed(params64, X64, 0, 3)))
 
     def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
         if not isinstance(got, dict) or set(got) != {"a"}:
@@ -182,7 +225,7 @@ def check_recompute_block_activations(fn: Callable[..., Any]) -> str:
         ("integer x_in", BAD, "x_in", _fixed(params, np.ones((2, 3), np.int64), 0, 2)),
     ]
     return run_cases("recompute_block_activations", fn, ref.recompute_block_activations, cases, compare, invalid,
-                     compare_with_inputs=True, unchanged=_unchanged)
+                     compare_with_inputs=True, unchanged=assert_unchanged)
 
 
 # --- Lesson 17 -------------------------------------------------------------------------------------
@@ -195,6 +238,10 @@ def check_mlp_backward_checkpointed(fn: Callable[..., Any]) -> str:
         for s in sizes:
             _, ckpt = ref.mlp_forward_checkpointed(params, X, s)
             cases.append((f"widths={widths}, segment_size={s}", _fixed(params, ckpt, dY)))
+    params64, X64 = _net64([4, 6, 5, 3], 3, 47)
+    _, ckpt64 = ref.mlp_forward_checkpointed(params64, X64, 2)
+    cases.append(("float64 network: widths=[4, 6, 5, 3], segment_size=2",
+                  _fixed(params64, ckpt64, np.random.default_rng(57).standard_normal((3, 3)))))
 
     def compare(label: str, got: Any, expected: tuple) -> None:
         grads, count = assert_tuple(label, "the result (grads, recomputed_layers)", got, 2)
@@ -203,8 +250,10 @@ def check_mlp_backward_checkpointed(fn: Callable[..., Any]) -> str:
         for l, (g, e) in enumerate(zip(grads, expected[0])):
             if not isinstance(g, dict) or set(g) != {"W", "b"}:
                 raise CheckFailure(f"[{label}] grads[{l}] must be a dict with keys 'W' and 'b'")
-            assert_array(label, f"grads[{l}]['W']", g["W"], e["W"])
-            assert_array(label, f"grads[{l}]['b']", g["b"], e["b"])
+            # exact: the contract's metric is np.array_equal with deep_mlp_backward — the same operations
+            # (linear_backward, relu_backward, first_linear_backward) on bit-identical activations
+            assert_array(label, f"grads[{l}]['W']", g["W"], e["W"], exact=True)
+            assert_array(label, f"grads[{l}]['b']", g["b"], e["b"], exact=True)
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count != expected[1]:
             raise CheckFailure(f"[{label}] recomputed_layers is {count!r}, expected {expected[1]} (each segment "
                                "rebuilds its activations once; its last layer's output is the next boundary)")
@@ -215,14 +264,16 @@ def check_mlp_backward_checkpointed(fn: Callable[..., Any]) -> str:
     params, X = _net([3, 4, 4, 2], 2, 9)
     _, ckpt = ref.mlp_forward_checkpointed(params, X, 2)
     invalid = [
-        ("dY_hat with 3 output columns for 2", BAD, "dY_hat", _fixed(params, ckpt, np.ones((2, 3), np.float32))),
-        ("a boundary missing from the cache", BAD, "boundaries",
+        ("dY_hat with 3 output columns for 2", VE, "dY_hat", _fixed(params, ckpt, np.ones((2, 3), np.float32))),
+        ("dY_hat with 3 rows for a batch of 2 (a gradient from another batch)", VE, "dY_hat",
+         _fixed(params, ckpt, np.ones((3, 2), np.float32))),
+        ("a boundary missing from the cache", VE, "boundaries",
          _fixed(params, {"segment_size": 2, "boundaries": ckpt["boundaries"][:1]}, np.ones((2, 2), np.float32))),
         ("segment_size = 5 > L = 3 (one boundary, as ceil(3/5) = 1 would allow)", BAD, "segment_size",
          _fixed(params, {"segment_size": 5, "boundaries": ckpt["boundaries"][:1]}, np.ones((2, 2), np.float32))),
     ]
     count = run_cases("mlp_backward_checkpointed", fn, ref.mlp_backward_checkpointed, cases, compare, invalid,
-                      unchanged=_unchanged, count_only=True)
+                      unchanged=assert_unchanged, count_only=True)
     _check_backward_memory(fn)
     return passed("mlp_backward_checkpointed", count + 2)
 
@@ -271,8 +322,15 @@ def check_estimate_checkpointing_memory_savings(fn: Callable[..., Any]) -> str:
             raise CheckFailure(f"[{label}] must return a dict with keys {sorted(expected)}")
         for key, value in expected.items():
             g = got[key]
-            ok = isinstance(g, (int, float, np.integer, np.floating)) and not isinstance(g, bool) and \
-                math.isclose(float(g), float(value), rel_tol=1e-9, abs_tol=1e-12)
+            ok = isinstance(g, (int, float, np.integer, np.floating)) and not isinstance(g, (bool, np.bool_))
+            if ok and key == "extra_compute_fraction":
+                # float64 (eps 2.2e-16): one quotient of two exact integer sums, or a sum of up to 24 per-layer
+                # quotients in another order (~24 eps) → rel_tol 1e-12; a wrong factor is off by >= 33%
+                ok = math.isclose(float(g), float(value), rel_tol=1e-12, abs_tol=0.0)
+            elif ok:
+                # exact: bytes, layers and FLOPs are integer arithmetic on the widths (all below 2^53, so
+                # exact even when carried in a float)
+                ok = float(g) == float(value)
             if not ok:
                 raise CheckFailure(f"[{label}] {key} is {g!r}, expected {value!r}")
 
@@ -287,6 +345,20 @@ def check_estimate_checkpointing_memory_savings(fn: Callable[..., Any]) -> str:
         ("batch = 16.0", TE, "batch", _fixed([4, 8, 2], 16.0, 1, 4)),
         ("bytes_per_elem = 0", BAD, "bytes_per_elem", _fixed([4, 8, 2], 16, 1, 0)),
         ("bytes_per_elem = 4.0", TE, "bytes_per_elem", _fixed([4, 8, 2], 16, 1, 4.0)),
+        ("segment_size = 2.0", TE, "segment_size", _fixed([4, 8, 8, 2], 16, 2.0, 4)),
+        ("layer_widths holding 8.0", TE, "layer_widths", _fixed([4, 8.0, 2], 16, 1, 4)),
+        ("layer_widths holding a width of 0", BAD, "layer_widths", _fixed([4, 0, 2], 16, 1, 4)),
     ]
-    return run_cases("estimate_checkpointing_memory_savings", fn, ref.estimate_checkpointing_memory_savings,
-                     cases, compare, invalid)
+    count = run_cases("estimate_checkpointing_memory_savings", fn, ref.estimate_checkpointing_memory_savings,
+                      cases, compare, invalid, unchanged=assert_unchanged, count_only=True)
+    # The estimate is arithmetic on integers: the reference's peak is its timelines' Python lists (under
+    # 16 KiB). Here one activation of the network is 8 MiB (4096 × 512 float32), so an answer that builds
+    # arrays of the network's size to count their bytes allocates at least that much. Limit: twice the
+    # reference plus 2 MiB (the sandbox measures resident memory, whose allocator noise is well below that).
+    widths = [64] + [512] * 8 + [8]
+    _peak_case(fn, "memory: widths [64] + [512] * 8 + [8], batch=4096, segment_size=3 "
+               "(no arrays of the network's size)", ref.estimate_checkpointing_memory_savings, (widths, 4096, 3, 4), 2.0, 2**21,
+               "the estimate allocated arrays: compute every byte count from the widths, the batch and "
+               "bytes_per_elem (integers), as checkpointing_memory_timeline does — never from arrays of "
+               "the network's size")
+    return passed("estimate_checkpointing_memory_savings", count + 1)

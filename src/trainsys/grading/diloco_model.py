@@ -8,7 +8,6 @@ a ReLU, labels at both ends of their range.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from trainsys.diloco import model as ref
 from trainsys.grading._harness import (
+    assert_unchanged,
     fixed as _args,
     BAD,
     Args,
@@ -24,9 +24,13 @@ from trainsys.grading._harness import (
     assert_array_dict,
     assert_scalar,
     assert_tuple,
+    passed,
+    peak_of_call,
+    quiet,
     rng_for,
     run_cases,
 )
+from trainsys.memtrain.measure import peak_memory_bytes
 
 __all__ = [
     "check_init_model_params",
@@ -37,8 +41,58 @@ __all__ = [
     "check_model_backward",
 ]
 
-
-
+CLAUSES = {
+    "init_model_params": {
+        "depth is a knob": ("sizes=[1, 1]",),
+        "keys, in order": ("sizes=[3, 5, 2]",),
+        "draw order": ("sizes=[3, 5, 2]",),
+        "mutation": ("sizes=[3, 5, 2]",),
+        "failure modes": ("sizes = [4]", "a zero width", "a width True", "a width 4.0", "sizes a NumPy array",
+                          "rng = None", "rng = np.random.RandomState(0)"),
+        "size": ("sizes=[3, 5, 2]",),
+        "metric that proves it correct": ("sizes=[3, 5, 2]",),
+    },
+    "relu": {
+        "special values": ("hand-made values incl. ±0, ±inf and NaN",),
+        "mutation": ("tiny and subnormal values", "(2, 3) with no negative entry"),
+        "failure modes": ("integer array", "a Python list"),
+        "what the forward pass will rely on": ("tiny and subnormal values",),
+        "metric that proves it correct": ("tiny and subnormal values", "hand-made values incl. ±0, ±inf and NaN",
+                                          "(3, 2, 5) float64"),
+    },
+    "model_forward": {
+        "keys": ("sizes=[3, 5, 2], batch=4",),
+        "mutation": ("sizes=[3, 5, 2], batch=4",),
+        "failure modes": ("X has 5 features", "X is 1-D", "X an integer array", "params without 'b1'",
+                          "params with an extra key 'gamma0'", "params['W1'] of 5 rows", "params['b0'] of shape (1,)"),
+        "memory": ("sizes=[3, 5, 2], batch=4",),
+        "metric that proves it correct": ("sizes=[3, 5, 2], batch=4", "a NaN in X"),
+    },
+    "softmax": {
+        "range": ("logits of ±1e4",),
+        "mutation": ("(4, 5) standard normal",),
+        "failure modes": ("1-D logits", "integer logits", "a nested Python list"),
+        "metric that proves it correct": ("(4, 5) standard normal", "logits of ±1e4"),
+    },
+    "cross_entropy_loss": {
+        "range": ("logits of ±1e4", "rows at +1e4 and -1e4"),
+        "precision": ("two float32 losses of 3e38",),
+        "mutation": ("(6, 4) standard normal",),
+        "failure modes": ("a label equal to the number of classes", "a negative label", "float labels",
+                          "2 labels for 3 examples", "empty logits", "1-D logits"),
+        "metric that proves it correct": ("(6, 4) standard normal",),
+    },
+    "model_backward": {
+        "keys": ("sizes=[3, 5, 2], batch=4",),
+        "what is read": ("params['W0'] changed after the forward pass", "memory: the gradient is not sent down to X"),
+        "convention at 0": ("sizes=[3, 5, 2], batch=4", "zero input rows and zero first bias"),
+        "mutation": ("sizes=[3, 5, 2], batch=4",),
+        "failure modes": ("a label out of range", "a negative label", "4 labels for 5 examples",
+                          "cache with an extra key 'A2'", "params without 'b0'"),
+        "metric that proves it correct": ("sizes=[3, 5, 2], batch=4",),
+    },
+}
+"""The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
 
 
 def _normal(seed: int, shape: tuple[int, ...], dtype: type = np.float32, std: float = 1.0) -> np.ndarray:
@@ -76,7 +130,10 @@ def check_init_model_params(fn: Callable[..., Any]) -> str:
     factories = dict(cases)
 
     def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
-        assert_array_dict(label, "params", got, expected, rtol=1e-5, atol=1e-7)
+        # One float64 product rounded once to float32 (the reference); casting the draw to float32 first and
+        # scaling in float32 rounds twice: at most 2 eps32 = 2.4e-7 relative apart. rtol 1e-6 leaves a factor
+        # of 4; atol 0 (the biases are exact zeros, and no weight is near the float32 underflow).
+        assert_array_dict(label, "params", got, expected, rtol=1e-6, atol=0.0)
         if list(got) != list(expected):
             raise CheckFailure(f"[{label}] params has the keys in the order {list(got)}; the contract's order is "
                                f"{list(expected)} (each layer's weight, then its bias)")
@@ -100,15 +157,19 @@ def check_init_model_params(fn: Callable[..., Any]) -> str:
         ("rng = np.random.RandomState(0) (the legacy generator)", (TypeError,), "rng",
          lambda: (([3, 4, 2], np.random.RandomState(0)), {})),
     ]
+    # sizes is compared strictly after the call (its length too): "sizes is read, never written"
     return run_cases("init_model_params", fn, ref.init_model_params, cases, compare, invalid,
-                     compare_with_inputs=True)
+                     compare_with_inputs=True, unchanged=assert_unchanged)
 
 
 # --- Lesson 2 --------------------------------------------------------------------------------------
 def check_relu(fn: Callable[..., Any]) -> str:
     """``max(x, 0)`` on any rank, dtype kept, NaN propagated (a diverged run must stay visible)."""
     special = np.array([[-2.0, -0.0, 0.0, 1e-30, np.nan], [-1e-30, 7.0, -np.inf, np.inf, -0.25]], np.float32)
+    tiny = np.array([1e-45, -1e-45, 3e-39, -3e-39, 1.2e-38, 1e-30, -1e-30, 0.0], np.float32)
     cases = [
+        # the mask identity 1[relu(x) > 0] = 1[x > 0] the backward pass relies on, where it is easiest to lose
+        ("tiny and subnormal values (relu(x) > 0 exactly where x > 0)", _args(tiny)),
         ("hand-made values incl. ±0, ±inf and NaN", _args(special)),
         ("(4, 6) float32", _args(_normal(1, (4, 6)))),
         ("(1, 1) negative", _args(np.array([[-3.0]], np.float32))),
@@ -119,14 +180,22 @@ def check_relu(fn: Callable[..., Any]) -> str:
     ]
 
     def compare(label: str, got: Any, expected: np.ndarray, inputs: Args) -> None:
+        x = inputs[0][0]
+        if isinstance(got, np.ndarray) and got.shape == x.shape and not np.array_equal(got > 0, x > 0):
+            i = int(np.argmax((got > 0) != (x > 0)))
+            raise CheckFailure(f"[{label}] relu(x) > 0 must hold exactly where x > 0 (the backward pass reads the "
+                               f"ReLU mask off the activation); at flat index {i}, x = {x.flat[i]!r} and relu(x) = "
+                               f"{got.flat[i]!r}")
+        # exact: max(x, 0) copies or zeroes each entry, no rounding is involved
         assert_array(label, "relu(x)", got, expected, exact=True)
-        if np.shares_memory(got, inputs[0][0]):
+        if np.shares_memory(got, x):
             raise CheckFailure(f"[{label}] relu(x) shares memory with x; it must be a new array (x is never "
                                "returned or written, even when nothing is negative)")
 
     invalid = [
-        ("integer array", BAD, "x", _args(np.array([1, -2]))),
-        ("a Python list", BAD, "x", _args([1.0, -2.0])),
+        # the contract: "A Python list or an integer array raises TypeError naming x"
+        ("integer array", (TypeError,), "x", _args(np.array([1, -2]))),
+        ("a Python list", (TypeError,), "x", _args([1.0, -2.0])),
         ("a Python float", BAD, "x", _args(-1.5)),
         ("a complex array", BAD, "x", _args(np.array([1 + 1j, -2 + 0j]))),
         ("a boolean array", BAD, "x", _args(np.array([True, False]))),
@@ -186,7 +255,15 @@ def check_softmax(fn: Callable[..., Any]) -> str:
     ]
 
     def compare(label: str, got: Any, expected: np.ndarray) -> None:
-        assert_array(label, "probabilities", got, expected, rtol=1e-5, atol=1e-7)
+        if expected.dtype == np.float32:
+            # float32 (eps32 = 1.2e-7): each probability is the exp of an exactly shifted logit over a sum of
+            # <= 7 terms, a few eps32 from another correct order; the log-softmax route, exp((z - m) - log sum),
+            # rounds once more on a value of size <= ~10, another ~10 eps32. rtol 1e-5 covers both with a margin;
+            # atol 1e-7 for entries that underflow toward 0 (e^-20 and below)
+            assert_array(label, "probabilities", got, expected, rtol=1e-5, atol=1e-7)
+        else:
+            # float64: the harness's default (rtol 1e-10, atol 1e-12), ~1e5 eps64 for logits up to ~40
+            assert_array(label, "probabilities", got, expected)
 
     invalid = [
         ("1-D logits", BAD, "logits", _args(_normal(1, (4,)))),
@@ -219,11 +296,16 @@ def check_cross_entropy_loss(fn: Callable[..., Any]) -> str:
 
     # Each per-example term is computed in the logits' dtype: m + log Σ e^(z - m) - z_y loses about an ulp of
     # the largest |z| (float32 at 1e4: 1e-3) where log Σ e^(z - m) - (z_y - m) loses nothing; both are correct.
+    # atol: 4 such ulps (eps of the logits' dtype times the largest |z|), plus 1e-6 for losses near 0.
     atol = {name: 1e-6 + 4 * float(np.max(np.abs(make()[0][0]))) * float(np.finfo(make()[0][0].dtype).eps)
             for name, make in cases}
 
+    # rtol: each term is a log-sum-exp of <= 5 values in the logits' dtype, a few eps from another correct
+    # formula (float32: eps 1.2e-7 -> 1e-5 leaves a margin of ~20; float64: eps 2.2e-16 -> 1e-12).
+    rtol = {name: 1e-5 if make()[0][0].dtype == np.float32 else 1e-12 for name, make in cases}
+
     def compare(label: str, got: Any, expected: float) -> None:
-        assert_scalar(label, "loss", got, expected, rtol=1e-5, atol=atol[label])
+        assert_scalar(label, "loss", got, expected, rtol=rtol[label], atol=atol[label])
         if type(got) is not float:
             raise CheckFailure(f"[{label}] the loss must be a Python float (float(...)), got {type(got).__name__}")
 
@@ -256,9 +338,16 @@ def check_model_backward(fn: Callable[..., Any]) -> str:
         _, cache = ref.model_forward(params, X)
         return _args(params, cache, _labels(80 + i, n, sizes[-1]))
 
+    def stale_w0() -> Args:
+        (params, cache, y), kwargs = case(9, [5, 6, 4, 3], 7)()
+        return (({**params, "W0": -params["W0"]}, cache, y), kwargs)
+
     cases = [(f"sizes={s}, batch={n}", case(i, s, n)) for i, (s, n) in enumerate(NETS)]
     cases.append(("zero input rows and zero first bias", case(7, [4, 6, 3], 6, zero_rows=True)))
     cases.append(("float64", case(8, [3, 5, 5, 2], 4, dtype=np.float64)))
+    # "Never W0": the masks and the logits are read from the cache, so W0's values cannot change the result
+    cases.append(("params['W0'] changed after the forward pass (W0 is never read: the cache holds A1 and the logits)",
+                  stale_w0))
 
     def compare(label: str, got: Any, expected: dict) -> None:
         assert_array_dict(label, "grads", got, expected)
@@ -270,12 +359,37 @@ def check_model_backward(fn: Callable[..., Any]) -> str:
     _, cache = ref.model_forward(p, _normal(8, (5, 3)))
     y = np.array([0, 1, 1, 0, 1])
     invalid = [
-        ("a label out of range", (ValueError,), "y", _args(p, cache, np.array([0, 1, 2, 0, 1]))),
-        ("a negative label", (ValueError,), "y", _args(p, cache, np.array([0, 1, -1, 0, 1]))),
+        # the contract: "labels out of range or of the wrong length (naming y)"; the lesson allows ValueError/TypeError
+        ("a label out of range", BAD, "y", _args(p, cache, np.array([0, 1, 2, 0, 1]))),
+        ("a negative label", BAD, "y", _args(p, cache, np.array([0, 1, -1, 0, 1]))),
         ("float labels", BAD, "y", _args(p, cache, y.astype(np.float64))),
         ("4 labels for 5 examples", BAD, "y", _args(p, cache, np.array([0, 1, 0, 1]))),
         ("cache without 'logits'", BAD, "cache", _args(p, {k: v for k, v in cache.items() if k != "logits"}, y)),
         ("cache with an extra key 'A2'", BAD, "cache", _args(p, {**cache, "A2": cache["A1"]}, y)),
         ("params without 'b0'", BAD, "params", _args({k: v for k, v in p.items() if k != "b0"}, cache, y)),
     ]
-    return run_cases("model_backward", fn, ref.model_backward, cases, compare, invalid)
+    count = run_cases("model_backward", fn, ref.model_backward, cases, compare, invalid, count_only=True)
+    _check_backward_memory(fn)
+    return passed("model_backward", count + 1)
+
+
+def _check_backward_memory(fn: Callable[..., Any]) -> None:
+    """No gradient with respect to X: with a wide input, an (n, d_in) array is far larger than everything else."""
+    n, sizes = 512, [4096, 16, 4]  # X is 8 MiB in float32; grads['W0'] is 256 KiB
+    params = _params(sizes, 90)
+    X = _normal(91, (n, sizes[0]))
+    _, cache = ref.model_forward(params, X)
+    y = _labels(92, n, sizes[-1])
+    label = f"memory: the gradient is not sent down to X (batch={n}, sizes={sizes}, X is {X.nbytes >> 20} MiB)"
+    with quiet():
+        _, reference = peak_memory_bytes(ref.model_backward, params, cache, y)
+        _, student = peak_of_call(fn, label, params, cache, y)
+    # The reference holds the gradients (~260 KiB) and (n, 16)-sized temporaries. Twice that plus 1 MiB of slack
+    # (allocator; the sandbox measures the resident set) is still far below the 8 MiB of one (n, d_in) array:
+    # G @ W0.T, or the mask X > 0 (2 MiB) with it.
+    limit = 2 * reference + 2**20
+    if student > limit:
+        raise CheckFailure(f"[{label}] peak memory {student / 2**20:.2f} MiB, expected at most {limit / 2**20:.2f} MiB "
+                           f"(the reference needs {reference / 2**10:.0f} KiB): an array as large as X was "
+                           "allocated — "
+                           "stop the loop at layer 0: the gradient is not sent through W0 (W0 is never read)")

@@ -4,7 +4,9 @@ Deterministic constructions (the model, the dataset) must equal the reference bi
 their draw order is the contract. Random splits and partitions are checked first by their properties —
 disjoint, covering, sizes, stratification or shard structure, the same result for the same seed and
 a different one for another seed — for messages a student can act on, then against the reference's
-draw, since each lesson's contract spells out which generator is called, in which order.
+draw, since each lesson's contract spells out which generator is called, in which order. Whether the
+global generators (torch's, NumPy's) are left as the reference leaves them — untouched — is a case of
+its own, run first (:func:`keeps_global_generators`); error types are the ones the contract names.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from trainsys.fedavg import data as ref_data
 from trainsys.fedavg import model as ref_model
 from trainsys.fedavg import partition as ref_part
-from trainsys.grading._harness import CheckFailure, assert_tuple, passed
+from trainsys.grading._harness import CheckFailure, assert_tuple, call, passed, quiet
 from trainsys.grading._torch_harness import (
     BAD,
     assert_equal,
@@ -40,9 +43,113 @@ __all__ = [
     "check_count_client_samples",
 ]
 
+CLAUSES = {
+    "build_mlp_classifier": {
+        "randomness": ("global generators",),
+        "output": ("d_in, d_hidden, n_classes, seed = (4, 8, 3, 0)",),
+        "failure modes": ("n_classes = 1", "d_hidden = 2.5", "seed = -1", "d_hidden = 0", "seed = 2**63",
+                          "seed = True", "batch_norm = 1", "d_in = 4.0"),
+        "metric that proves it correct": ("d_in, d_hidden, n_classes, seed = (4, 8, 3, 0)",
+                                          "d_in, d_hidden, n_classes, seed = (6, 6, 6, 7)",
+                                          "d_in, d_hidden, n_classes, seed = (5, 7, 3, 1), batch_norm=True"),
+    },
+    "build_synthetic_dataset": {
+        "mutation": ("global generators",),
+        "failure modes": ("n = 0", "n_classes = 1", "d_in = -1", "seed = '0'", "seed = 2**63", "n = True"),
+        "metric that proves it correct": ("n, d_in, n_classes, seed = (50, 4, 3, 0)",
+                                          "n, d_in, n_classes, seed = (1, 2, 2, 1)"),
+    },
+    "train_test_split_dataset": {
+        "mutation": ("n=60, n_classes=3, test_fraction=0.25, seed=0", "4 examples, test part of one example"),
+        "failure modes": ("test_fraction = NaN", "test_fraction = 0.95 on 10 examples", "dataset is a tuple",
+                          "seed = -1"),
+        "metric that proves it correct": ("n=60, n_classes=3, test_fraction=0.25, seed=0",
+                                          "n=37, n_classes=4, test_fraction=0.3, seed=1"),
+    },
+    "partition_data_iid": {
+        "mutation": ("global generators",),
+        "failure modes": ("num_clients = 7 > 6 examples", "num_clients = 2.0", "seed = -3", "num_clients = True",
+                          "dataset is a list of 6 numbers"),
+        "metric that proves it correct": ("n=20, num_clients=4, seed=0", "n=23, num_clients=5, seed=1"),
+    },
+    "partition_data_non_iid": {
+        "mutation": ("global generators, shards", "global generators, Dirichlet"),
+        "failure modes": ("num_clients * shards_per_client = 14 > 12 examples", "alpha = inf, one client",
+                          "alpha = True", "Dirichlet alpha=2, shards_per_client=500"),
+        "metric that proves it correct": ("n=60, n_classes=3, num_clients=6, shards_per_client=2, seed=0",
+                                          "n=40, n_classes=4, num_clients=4, shards_per_client=3, seed=2",
+                                          "Dirichlet alpha=1000", "Dirichlet alpha=0.1"),
+    },
+    "count_client_samples": {
+        "mutation": ("IID, 4 clients, 3 classes",),
+        "failure modes": ("2 of 5 clients", "partition of float tensors", "partition[1] is int32",
+                          "partition[1] repeats index 2", "partition[1] is an empty tensor",
+                          "partition[1] holds the negative index -1", "partition[1] is 2-D",
+                          "a tuple of 3 clients"),
+        "metric that proves it correct": ("IID, 4 clients, 3 classes", "shards, 5 clients, 5 classes"),
+    },
+}
+"""The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
+
+TE = (TypeError,)
+"""The contract says TypeError (a wrong type: a float or a bool for an integer, not a list, a wrong dtype)."""
+VE = (ValueError,)
+"""The contract says ValueError (a legal type with an illegal value: below a minimum, out of range)."""
+
 
 def dataset(n: int, d_in: int = 3, n_classes: int = 3, seed: int = 0) -> ref_data.LabelledDataset:
     return ref_data.build_synthetic_dataset(n, d_in, n_classes, seed)
+
+
+UNTOUCHED = "(torch's and NumPy's global generators must be left as they were)"
+
+
+def _same_numpy_state(a: tuple, b: tuple) -> bool:
+    """Two ``np.random.get_state()`` tuples: (name, key array, position, has_gauss, cached_gaussian)."""
+    return a[0] == b[0] and np.array_equal(a[1], b[1]) and tuple(a[2:]) == tuple(b[2:])
+
+
+def keeps_global_generators(fn: Callable[..., Any], reference: Callable[..., Any], label: str,
+                            make: Callable[[], Any]) -> None:
+    """The clause "torch's global generator is left untouched", as its own case.
+
+    The student's call and the reference's start from the same global states of torch's and NumPy's
+    generators (seeded with an unrelated number and advanced, so that re-seeding with the case's seed
+    cannot land on the starting state); the states each call leaves must be equal. The caller's
+    global states are restored afterwards. Run before the other cases, so that an answer whose only
+    fault is a global draw or a re-seed fails here, with this message.
+    """
+    if not callable(fn):
+        return  # run_torch_cases, next, says so
+    torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
+    try:
+        torch.manual_seed(20_260_601)
+        torch.rand(3)
+        np.random.seed(20_260_601)
+        np.random.rand(3)
+        start = torch.get_rng_state(), np.random.get_state()
+        args, kwargs = make()
+        with quiet():
+            call(fn, label, *args, **kwargs)
+        got = torch.get_rng_state(), np.random.get_state()
+        torch.set_rng_state(start[0])
+        np.random.set_state(start[1])
+        args, kwargs = make()
+        with quiet():
+            reference(*args, **kwargs)
+        want = torch.get_rng_state(), np.random.get_state()
+    finally:
+        torch.set_rng_state(torch_state)
+        np.random.set_state(numpy_state)
+    if not torch.equal(got[0], want[0]):
+        raise CheckFailure(f"[{label}] torch's global random generator is not left as the contract leaves it "
+                           "(untouched): the function re-seeded it (torch.manual_seed) or drew from it (torch.rand*, "
+                           "nn.Linear's own initialisation, ... without generator=); draw only from the private "
+                           "torch.Generator().manual_seed(seed)")
+    if not _same_numpy_state(got[1], want[1]):
+        raise CheckFailure(f"[{label}] NumPy's global random generator is not left as the contract leaves it "
+                           "(untouched): the function called np.random.seed or drew from np.random.*; use the "
+                           "generator the contract names (np.random.default_rng(seed) for Dirichlet)")
 
 
 # --- Lesson 1 --------------------------------------------------------------------------------------
@@ -65,24 +172,31 @@ def check_build_mlp_classifier(fn: Callable[..., Any]) -> str:
             raise CheckFailure(f"[{label}] state-dict keys are {got_keys}, expected {want_keys} "
                                "(an nn.Sequential of Linear, [BatchNorm1d,] ReLU, Linear)")
         for key, tensor in expected.state_dict().items():
+            # exact: the contract fixes the four draws bit for bit (uniform_ on float32 from one seeded generator)
             assert_tensor(label, f"state_dict()[{key!r}]", got.state_dict()[key], tensor, exact=True)
         X = torch.randn(5, expected[0].in_features, generator=torch.Generator().manual_seed(1))
         got.eval(), expected.eval()
         with torch.no_grad():
+            # float32 default (rtol 2e-5, atol 1e-6): equal weights, so only a reordered matmul may differ
+            # (sums of at most 32 products: ~32 eps = 4e-6 relative)
             assert_tensor(label, "the logits model(X) for X of shape (5, d_in)", got(X), expected(X))
 
     invalid = [
-        ("d_in = 0", BAD, "d_in", fixed(0, 4, 3, 0)),
-        ("n_classes = 1", BAD, "n_classes", fixed(3, 4, 1, 0)),
-        ("d_hidden = 2.5", BAD, "d_hidden", fixed(3, 2.5, 3, 0)),
-        ("seed = -1", BAD, "seed", fixed(3, 4, 3, -1)),
-        ("d_hidden = 0", BAD, "d_hidden", fixed(3, 0, 3, 0)),
-        ("seed = 2**63 (above 2**63 - 1)", BAD, "seed", fixed(3, 4, 3, 2**63)),
-        ("seed = True (a bool is not an integer here)", BAD, "seed", fixed(3, 4, 3, True)),
-        ("batch_norm = 1 (not a bool)", BAD, "batch_norm", fixed(3, 4, 3, 0, batch_norm=1)),
-        ("d_in = 4.0 (a float, not an integer)", BAD, "d_in", fixed(4.0, 4, 3, 0)),
+        ("d_in = 0", VE, "d_in", fixed(0, 4, 3, 0)),
+        ("n_classes = 1", VE, "n_classes", fixed(3, 4, 1, 0)),
+        ("d_hidden = 2.5", TE, "d_hidden", fixed(3, 2.5, 3, 0)),
+        ("seed = -1", VE, "seed", fixed(3, 4, 3, -1)),
+        ("d_hidden = 0", VE, "d_hidden", fixed(3, 0, 3, 0)),
+        ("seed = 2**63 (above 2**63 - 1)", VE, "seed", fixed(3, 4, 3, 2**63)),
+        ("seed = True (a bool is not an integer here)", TE, "seed", fixed(3, 4, 3, True)),
+        ("batch_norm = 1 (not a bool)", TE, "batch_norm", fixed(3, 4, 3, 0, batch_norm=1)),
+        ("d_in = 4.0 (a float, not an integer)", TE, "d_in", fixed(4.0, 4, 3, 0)),
     ]
-    return run_torch_cases("build_mlp_classifier", fn, ref_model.build_mlp_classifier, cases, compare, invalid)
+    keeps_global_generators(fn, ref_model.build_mlp_classifier, f"global generators: d_in, d_hidden, n_classes, "
+                            f"seed = (4, 8, 3, 0) {UNTOUCHED}", fixed(4, 8, 3, 0))
+    count = run_torch_cases("build_mlp_classifier", fn, ref_model.build_mlp_classifier, cases, compare, invalid,
+                            count_only=True)
+    return passed("build_mlp_classifier", count + 1)
 
 
 # --- Lesson 2 --------------------------------------------------------------------------------------
@@ -94,19 +208,25 @@ def check_build_synthetic_dataset(fn: Callable[..., Any]) -> str:
     def compare(label: str, got: Any, expected: ref_data.LabelledDataset) -> None:
         if not isinstance(got, ref_data.LabelledDataset):
             raise CheckFailure(f"[{label}] must return a LabelledDataset, got {type(got).__name__}")
+        # exact: the draw order is the contract, so the features are the generator's float32 numbers bit for bit
         assert_tensor(label, "features", got.features, expected.features, exact=True)
+        # exact: int64 labels (integers always compare exactly)
         assert_tensor(label, "labels", got.labels, expected.labels, exact=True)
         assert_equal(label, "n_classes", got.n_classes, expected.n_classes)
 
     invalid = [
-        ("n = 0", BAD, "n", fixed(0, 3, 3, 0)),
-        ("n_classes = 1", BAD, "n_classes", fixed(10, 3, 1, 0)),
-        ("d_in = -1", BAD, "d_in", fixed(10, -1, 3, 0)),
-        ("seed = '0'", BAD, "seed", fixed(10, 3, 3, "0")),
-        ("seed = 2**63 (above 2**63 - 1)", BAD, "seed", fixed(10, 3, 3, 2**63)),
-        ("n = True (a bool is not an integer here)", BAD, "n", fixed(True, 3, 3, 0)),
+        ("n = 0", VE, "n", fixed(0, 3, 3, 0)),
+        ("n_classes = 1", VE, "n_classes", fixed(10, 3, 1, 0)),
+        ("d_in = -1", VE, "d_in", fixed(10, -1, 3, 0)),
+        ("seed = '0'", TE, "seed", fixed(10, 3, 3, "0")),
+        ("seed = 2**63 (above 2**63 - 1)", VE, "seed", fixed(10, 3, 3, 2**63)),
+        ("n = True (a bool is not an integer here)", TE, "n", fixed(True, 3, 3, 0)),
     ]
-    return run_torch_cases("build_synthetic_dataset", fn, ref_data.build_synthetic_dataset, cases, compare, invalid)
+    keeps_global_generators(fn, ref_data.build_synthetic_dataset, f"global generators: n, d_in, n_classes, seed = "
+                            f"(50, 4, 3, 0) {UNTOUCHED}", fixed(50, 4, 3, 0))
+    count = run_torch_cases("build_synthetic_dataset", fn, ref_data.build_synthetic_dataset, cases, compare, invalid,
+                            count_only=True)
+    return passed("build_synthetic_dataset", count + 1)
 
 
 # --- Lesson 3 --------------------------------------------------------------------------------------
@@ -139,6 +259,7 @@ def check_train_test_split_dataset(fn: Callable[..., Any]) -> str:
                                            "never a slice X[a:b], which is a view)")
             assert_equal(label, f"{what}.n_classes", part.n_classes, data.n_classes)
             idx = rows_to_indices(label, what, lookup, part.features)
+            # exact: int64 labels, gathered, never computed
             assert_tensor(label, f"{what}.labels", part.labels, data.labels[idx], exact=True)
             if idx != sorted(set(idx)):
                 raise CheckFailure(f"[{label}] {what} must keep the original order, each example once")
@@ -186,7 +307,7 @@ def check_train_test_split_dataset(fn: Callable[..., Any]) -> str:
         ("test_fraction = 0", BAD, "test_fraction", fixed(d, 0.0, 0)),
         ("test_fraction = 1", BAD, "test_fraction", fixed(d, 1.0, 0)),
         ("test_fraction = 1.5", BAD, "test_fraction", fixed(d, 1.5, 0)),
-        ("dataset is a tuple", BAD, "dataset", fixed((d.features, d.labels), 0.2, 0)),
+        ("dataset is a tuple", TE, "dataset", fixed((d.features, d.labels), 0.2, 0)),
         ("seed = -1", BAD, "seed", fixed(d, 0.2, -1)),
     ]
     return run_torch_cases("train_test_split_dataset", fn, ref_data.train_test_split_dataset, cases, compare,
@@ -259,15 +380,18 @@ def check_partition_data_iid(fn: Callable[..., Any]) -> str:
 
     d = dataset(6)
     invalid = [
-        ("num_clients = 0", BAD, "num_clients", fixed(d, 0, 0)),
-        ("num_clients = 7 > 6 examples", BAD, "num_clients", fixed(d, 7, 0)),
-        ("num_clients = 2.0", BAD, "num_clients", fixed(d, 2.0, 0)),
+        ("num_clients = 0", VE, "num_clients", fixed(d, 0, 0)),
+        ("num_clients = 7 > 6 examples", VE, "num_clients", fixed(d, 7, 0)),
+        ("num_clients = 2.0", TE, "num_clients", fixed(d, 2.0, 0)),
         ("seed = -3", BAD, "seed", fixed(d, 2, -3)),
-        ("num_clients = True (a bool is not an integer here)", BAD, "num_clients", fixed(d, True, 0)),
+        ("num_clients = True (a bool is not an integer here)", TE, "num_clients", fixed(d, True, 0)),
         ("dataset is a list of 6 numbers, not a LabelledDataset", BAD, "dataset", fixed(list(range(6)), 2, 0)),
     ]
-    return run_torch_cases("partition_data_iid", fn, ref_part.partition_data_iid, cases, compare, invalid,
-                           compare_with_inputs=True)
+    keeps_global_generators(fn, ref_part.partition_data_iid, f"global generators: n=20, num_clients=4, seed=0 "
+                            f"{UNTOUCHED}", fixed(dataset(20), 4, 0))
+    count = run_torch_cases("partition_data_iid", fn, ref_part.partition_data_iid, cases, compare, invalid,
+                            compare_with_inputs=True, count_only=True)
+    return passed("partition_data_iid", count + 1)
 
 
 # --- Lesson 5 --------------------------------------------------------------------------------------
@@ -292,8 +416,14 @@ def check_partition_data_non_iid(fn: Callable[..., Any]) -> str:
                    "client k gets shards deal[k*s : (k+1)*s]")
         _seeded(label, fn, (data, k, s, seed), 3, parts, len(data), k)
 
-    count = run_torch_cases("partition_data_non_iid", fn, ref_part.partition_data_non_iid, cases, compare,
-                            compare_with_inputs=True, count_only=True)
+    keeps_global_generators(fn, ref_part.partition_data_non_iid, f"global generators, shards: n=60, num_clients=6, "
+                            f"shards_per_client=2, seed=0 {UNTOUCHED}",
+                            fixed(dataset(60, 3, 3, 0), 6, 2, 0))
+    keeps_global_generators(fn, ref_part.partition_data_non_iid, f"global generators, Dirichlet: n=400, num_clients=4, "
+                            f"alpha=1, seed=5 {UNTOUCHED}",
+                            fixed(dataset(400, 4, 4, 11), 4, 2, 5, alpha=1.0))
+    count = 2 + run_torch_cases("partition_data_non_iid", fn, ref_part.partition_data_non_iid, cases, compare,
+                                compare_with_inputs=True, count_only=True)
     big = dataset(400, 4, 4, 11)
     retry = dataset(60, 3, 3, 11)  # seed 5, alpha 0.2, 6 clients: the first 3 draws leave a client empty
     dirichlet = [("Dirichlet alpha=1000 (close to IID)", fixed(big, 4, 2, 5, alpha=1000.0)),
@@ -351,9 +481,14 @@ def check_count_client_samples(fn: Callable[..., Any]) -> str:
     ]
     setups.append(("a tuple of 3 clients (a list or a tuple is accepted)",
                    tuple(ref_part.partition_data_iid(d1, 3, 4)), d1))
+    some = ref_part.partition_data_non_iid(d2, 5, 2, 5)
+    setups.append(("2 of 5 clients, indices unsorted (a partition need not cover the dataset: the clients of a round)",
+                   [torch.flip(some[3], [0]), some[1][torch.randperm(len(some[1]), generator=torch.Generator()
+                                                                     .manual_seed(5))]], d2))
     cases = [(label, fixed(p, d)) for label, p, d in setups]
 
     def compare(label: str, got: Any, expected: torch.Tensor) -> None:
+        # exact: counts are int64, and the contract says "exact integer equality"
         assert_tensor(label, "the counts", got, expected, exact=True)
 
     ok0, ok2 = torch.tensor([0, 5, 7]), torch.tensor([3, 4])
@@ -363,16 +498,18 @@ def check_count_client_samples(fn: Callable[..., Any]) -> str:
         return fixed([ok0, bad, ok2], d3)
 
     invalid = [
+        # TypeError or ValueError: "an empty list, or anything that is not a list or tuple (TypeError)" can be
+        # read with the TypeError for the second kind only (the red team's correct answers raise ValueError)
         ("partition = []", BAD, "partition", fixed([], d3)),
-        ("an index out of range", BAD, "partition", fixed([torch.tensor([0, 1, 99])], d3)),
-        ("partition of float tensors", BAD, "partition", fixed([torch.tensor([0.0, 1.0])], d3)),
-        ("partition[1] is int32, not int64", BAD, "partition[1]", bad_client(torch.tensor([1, 2], dtype=torch.int32))),
-        ("partition[1] repeats index 2", BAD, "partition[1]", bad_client(torch.tensor([1, 2, 2]))),
-        ("partition[1] is an empty tensor", BAD, "partition[1]", bad_client(torch.tensor([], dtype=torch.int64))),
-        ("partition[1] holds the negative index -1", BAD, "partition[1]", bad_client(torch.tensor([1, -1]))),
-        ("partition[1] is 2-D, shape (2, 1)", BAD, "partition[1]", bad_client(torch.tensor([[1], [2]]))),
-        ("partition[1] out of range (index 20 of 20 examples)", BAD, "partition[1]", bad_client(torch.tensor([1, 20]))),
-        ("partition is a dict, not a list or tuple", BAD, "partition", fixed({0: ok0}, d3)),
+        ("an index out of range", VE, "partition", fixed([torch.tensor([0, 1, 99])], d3)),
+        ("partition of float tensors", TE, "partition", fixed([torch.tensor([0.0, 1.0])], d3)),
+        ("partition[1] is int32, not int64", TE, "partition[1]", bad_client(torch.tensor([1, 2], dtype=torch.int32))),
+        ("partition[1] repeats index 2", VE, "partition[1]", bad_client(torch.tensor([1, 2, 2]))),
+        ("partition[1] is an empty tensor", VE, "partition[1]", bad_client(torch.tensor([], dtype=torch.int64))),
+        ("partition[1] holds the negative index -1", VE, "partition[1]", bad_client(torch.tensor([1, -1]))),
+        ("partition[1] is 2-D, shape (2, 1)", TE, "partition[1]", bad_client(torch.tensor([[1], [2]]))),
+        ("partition[1] out of range (index 20 of 20 examples)", VE, "partition[1]", bad_client(torch.tensor([1, 20]))),
+        ("partition is a dict, not a list or tuple", TE, "partition", fixed({0: ok0}, d3)),
         ("dataset is a (features, labels) tuple, not a LabelledDataset", BAD, "dataset",
          fixed([ok0], (d3.features, d3.labels))),
     ]

@@ -1,17 +1,22 @@
-"""Checks behind the hidden tests of Module 1, Part 7, lessons 36–39 (memory accounting)."""
+"""Checks behind the hidden tests of Module 1, Part 7, lessons 36–39 (memory accounting).
+
+The inputs are compared after every call with a fresh build of the case, strictly (types, list lengths,
+dict keys, array dtypes, shapes and values): the contracts say nothing is written. Lessons 37 and 38
+promise that nothing of the model's size is allocated; their checks measure the call's peak with
+``tracemalloc`` (or the sandbox's resident-set peak) against the reference's.
+"""
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from trainsys.grading._harness import fixed as _fixed, BAD, Args, CheckFailure, run_cases
-from trainsys.grading.data_parallel import with_snapshots
+from trainsys.grading._harness import fixed as _fixed, BAD, Args, CheckFailure, passed, peak_of_call, quiet, run_cases, against_fresh_inputs, assert_unchanged
 from trainsys.memtrain import memory as ref
+from trainsys.memtrain.measure import peak_memory_bytes
 
 __all__ = [
     "check_compute_param_memory_bytes",
@@ -20,11 +25,59 @@ __all__ = [
     "check_compare_memory",
 ]
 
+CLAUSES = {
+    "compute_param_memory_bytes": {
+        "counting rule": ("MLP arrays (mixed dtypes) in float32", "shape tuples in float64",
+                          "a single scalar parameter"),
+        "mutation": ("MLP arrays (mixed dtypes) in float32", "shape tuples in float64"),
+        "failure modes": ("integer dtype", "boolean dtype", "an empty list", "an empty dict inside the tree",
+                          "a None leaf", "a float leaf", "a negative axis"),
+        "metric that proves it correct": ("real float16 arrays asked about in float16",),
+    },
+    "compute_optimizer_memory_bytes": {
+        "mutation": ("nothing is allocated",),
+        "failure modes": ("num_params = 0", "num_workers = 0", "zero_stage = 4", "num_params = True",
+                          "num_params = 7.5e9", "precision = 'FP32'"),
+        "metric that proves it correct": ("Psi=7.5e9, mixed, N=64, stage 0", "Psi=7.5e9, mixed, N=64, stage 2",
+                                          "Psi=7.5e9, mixed, N=64, stage 3"),
+    },
+    "compute_peak_activation_memory_bytes": {
+        "mutation": ("nothing of the network's size is allocated", "plain, float32"),
+        "failure modes": ("num_micro_batches = 17", "segment_size = 3 > L = 2", "segment_size = 0", "batch = True",
+                          "dtype = np.int32"),
+        "metric that proves it correct": ("plain, float32", "3 micro-batches of 1000 rows"),
+    },
+    "compare_memory": {
+        "mutation": ("every technique on",),
+        "failure modes": ("config without 'zero_stage'", "num_workers = 0", "num_workers = 513", "num_workers = True"),
+        "metric that proves it correct": ("every technique on", "every technique on, row 'all together'"),
+    },
+}
+"""The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
 
+def _allocates_nothing(fn: Callable[..., Any], reference: Callable[..., Any], label: str, args: tuple,
+                       size: int) -> None:
+    """The call's peak memory against the reference's: a formula holds a few Python numbers, not arrays.
 
+    The reference's peak is well under 4 KiB (a dict or a list of a few dozen tuples). Twice that plus
+    1 MiB of slack (allocator pages; the sandbox measures the process's resident set) is still far below
+    ``size``, the bytes of the one array of the model's size that the case is built to expose.
+    """
+    with quiet():
+        _, reference_peak = peak_memory_bytes(reference, *args)
+        _, peak = peak_of_call(fn, label, *args)
+    limit = 2 * reference_peak + 2**20
+    if peak > limit:
+        raise CheckFailure(f"[{label}] peak memory {peak / 2**20:.1f} MiB, expected at most {limit / 2**20:.1f} MiB "
+                           f"(the reference needs {reference_peak / 2**10:.1f} KiB): an array of the model's size "
+                           f"({size / 2**20:.0f} MiB) was allocated — the contract says nothing is; compute the "
+                           "bytes from the sizes and np.dtype(...).itemsize")
 
 
 def _number(label: str, what: str, got: Any, expected: float) -> None:
+    # The byte counts are products and quotients of integers below 2**53 (7.5e9 * 16 ~ 1.2e11): exact in
+    # float64 up to one rounding of each quotient, ~1e-16 relative. 1e-9 accepts another order of the
+    # same operations and still rejects being off by one byte in 1e9 (abs 1e-9 for a count of 0 bytes).
     ok = isinstance(got, (int, float, np.integer, np.floating)) and not isinstance(got, bool) and \
         math.isclose(float(got), float(expected), rel_tol=1e-9, abs_tol=1e-9)
     if not ok:
@@ -52,7 +105,10 @@ def check_compute_param_memory_bytes(fn: Callable[..., Any]) -> str:
     mlp = {"W1": rng.standard_normal((4, 6)).astype(np.float32), "b1": np.zeros(6, np.float32),
            "W2": rng.standard_normal((6, 3)), "b2": np.zeros(3)}
     deep = [{"W": (5, 7), "b": (7,)}, {"W": (7, 7), "b": (7,)}, {"W": (7, 1), "b": (1,)}]
+    half = [{"W": rng.standard_normal(s["W"]).astype(np.float16), "b": np.zeros(s["b"], np.float16)} for s in deep]
     cases = [
+        # the lesson's metric: for arrays stored in dtype, the result is the sum of their nbytes (here 212 bytes)
+        ("real float16 arrays asked about in float16 (the sum of their nbytes)", _fixed(half, np.float16)),
         ("MLP arrays (mixed dtypes) in float32", _fixed(mlp, np.float32)),
         ("MLP arrays in float16", _fixed(mlp, np.float16)),
         ("shape tuples in float64", _fixed({"W": (1000, 1000), "b": (1000,)}, np.float64)),
@@ -75,10 +131,14 @@ def check_compute_param_memory_bytes(fn: Callable[..., Any]) -> str:
          _fixed([{"W": (2, 2)}, []], np.float32)),
         ("a None leaf", (TypeError,), "params_or_shapes", _fixed({"W": (2, 2), "b": None}, np.float32)),
         ("a string leaf", (TypeError,), "params_or_shapes", _fixed({"W": "2x2"}, np.float32)),
-        ("a negative axis", (ValueError,), "params_or_shapes", _fixed({"W": (2, -1)}, np.float32)),
+        ("a float leaf 3.0 (not a shape)", (TypeError,), "params_or_shapes",
+         _fixed({"W": (2, 2), "s": 3.0}, np.float32)),
+        # the contract asks for a ValueError here and names no argument ("" is in every message)
+        ("a negative axis", (ValueError,), "", _fixed({"W": (2, -1)}, np.float32)),
     ]
     return run_cases("compute_param_memory_bytes", fn, ref.compute_param_memory_bytes, cases,
-                     lambda label, got, exp: _int(label, "bytes", got, exp), invalid)
+                     lambda label, got, exp: _int(label, "bytes", got, exp), invalid,
+                     unchanged=assert_unchanged)
 
 
 # --- Lesson 37 -------------------------------------------------------------------------------------
@@ -89,6 +149,7 @@ def check_compute_optimizer_memory_bytes(fn: Callable[..., Any]) -> str:
     cases += [("Psi=12345, mixed, N=1, stage 3", _fixed(12345, "mixed", 1, 3)),
               ("Psi=10, fp32, N=20 > Psi, stage 3 (N has no upper bound)", _fixed(10, "fp32", 20, 3))]
     invalid = [
+        ("num_params = 0 (a model with no parameters)", (ValueError,), "num_params", _fixed(0, "mixed", 2, 1)),
         ("zero_stage = 4", (ValueError,), "zero_stage", _fixed(100, "mixed", 2, 4)),
         ("num_workers = 0", (ValueError,), "num_workers", _fixed(100, "mixed", 0, 1)),
         ("precision = 'bf8'", (ValueError,), "precision", _fixed(100, "bf8", 2, 1)),
@@ -104,7 +165,14 @@ def check_compute_optimizer_memory_bytes(fn: Callable[..., Any]) -> str:
         ("num_workers and zero_stage invalid: num_workers before zero_stage", BAD, "num_workers",
          _fixed(100, "fp32", 0, 9)),
     ]
-    return run_cases("compute_optimizer_memory_bytes", fn, ref.compute_optimizer_memory_bytes, cases, _dict, invalid)
+    # Before the 7.5e9 cases: an answer that allocates Psi entries fails here, not by exhausting the machine there.
+    psi = 2**22
+    _allocates_nothing(fn, ref.compute_optimizer_memory_bytes,
+                       f"nothing is allocated: Psi = {psi:,}, mixed, N = 4, stage 2 (float32 Psi entries are 16 MiB)",
+                       (psi, "mixed", 4, 2), 4 * psi)
+    count = run_cases("compute_optimizer_memory_bytes", fn, ref.compute_optimizer_memory_bytes, cases, _dict, invalid,
+                      count_only=True)
+    return passed("compute_optimizer_memory_bytes", count + 1)
 
 
 # --- Lesson 38 -------------------------------------------------------------------------------------
@@ -131,8 +199,15 @@ def check_compute_peak_activation_memory_bytes(fn: Callable[..., Any]) -> str:
         ("a width True", BAD, "layer_widths", _fixed([4, True, 2], 16, np.float32, 1, None)),
         ("dtype = np.int32 (not floating)", BAD, "dtype", _fixed(w, 16, np.int32, 1, None)),
     ]
-    return run_cases("compute_peak_activation_memory_bytes", fn, ref.compute_peak_activation_memory_bytes, cases,
-                     lambda label, got, exp: _int(label, "peak bytes", got, exp), invalid)
+    wide, rows = [4096] * 4, 4096  # one activation of 4096 rows and width 4096 is 64 MiB in float32
+    _allocates_nothing(fn, ref.compute_peak_activation_memory_bytes,
+                       f"nothing of the network's size is allocated: widths {wide}, batch {rows} (one activation "
+                       "is 64 MiB)", (wide, rows, np.float32, 1, None), 4 * rows * wide[1])
+    count = run_cases("compute_peak_activation_memory_bytes", fn, ref.compute_peak_activation_memory_bytes, cases,
+                      lambda label, got, exp: _int(label, "peak bytes", got, exp), invalid,
+                      unchanged=assert_unchanged,
+                      count_only=True)
+    return passed("compute_peak_activation_memory_bytes", count + 1)
 
 
 # --- Lesson 39 -------------------------------------------------------------------------------------
@@ -151,7 +226,7 @@ def check_compare_memory(fn: Callable[..., Any]) -> str:
         ("4 workers without ZeRO (the row is named '4 workers, ZeRO-0')",
          _fixed({**base, "zero_stage": 0, "segment_size": None, "num_micro_batches": 1})),
     ]
-    unchanged = with_snapshots(cases)
+    unchanged = against_fresh_inputs(cases)
 
     def compare(label: str, got: Any, expected: list, inputs: Args) -> None:
         unchanged(label, inputs)

@@ -52,6 +52,62 @@ __all__ = [
     "check_unscale_gradients",
 ]
 
+CLAUSES = {
+    "cast_to_half_precision": {
+        "rounding": ("float64 just past float16 midpoints",),
+        "what counts as overflow": ("nan and ±inf in the input are not overflow", "float16's edges"),
+        "underflow is silent": ("float16's edges",),
+        "mutation and memory": ("already float16 (must still copy)", "parameter-like float32 dict"),
+        "failure modes": ("tree holds an integer array", "dtype = np.int8", "dtype = np.float32"),
+        "metric that proves it correct": ("float16's edges", "parameter-like float32 dict"),
+    },
+    "make_master_params": {
+        "values by input dtype": ("float16 weights (widened exactly)", "float32 MLP parameters"),
+        "mutation and memory": ("float32 MLP parameters",),
+        "not only the mlp": ("not only the MLP",),
+        "failure modes": ("params holds a boolean array", "params holds an integer array",
+                          "params holds a Python list of floats", "params holds a complex array"),
+        "metric that proves it correct": ("float16 weights (widened exactly)", "float16's extremes and nan"),
+    },
+    "scale_loss": {
+        "non-finite losses pass through": ("a nan loss passes through", "an inf loss passes through"),
+        "failure modes": ("scale = 0", "loss = True", "scale = True", "loss is a 0-d array"),
+        "metric that proves it correct": ("loss 0.5, scale 2^16", "a float32 scale"),
+    },
+    "unscale_gradients": {
+        "order of operations": ("float16 gradients scaled by 2^16", "float64 gradients, scale 3"),
+        "mutation": ("float16 gradients scaled by 2^16", "float32 gradients, scale 1024",
+                     "scale 1.0 (still new arrays)"),
+        "non-finite entries pass through": ("inf and nan pass through",),
+        "0-d arrays stay arrays": ("a 0-d float16 gradient stays a 0-d array",),
+        "failure modes": ("scale = nan", "scale = -1", "grads holds an integer array", "scale = True"),
+        "metric that proves it correct": ("float16 gradients scaled by 2^16",),
+    },
+    "has_non_finite_gradients": {
+        "edge cases": ("float16 extremes", "empty arrays"),
+        "mutation": ("+inf in the first array",),
+        "memory": ("memory: 8 finite float32 arrays",),
+        "failure modes": ("an inf in grads['a'] before an integer grads['n']", "grads holds a boolean array"),
+        "metric that proves it correct": ("nan in a middle array only", "-inf in the last array only",
+                                          "float64 [1e308, 1e308]", "float16 [65504, 65504]"),
+    },
+    "mixed_precision_step": {
+        "the scaler's fields": ("scale 2^24 overflows float16: skip, back off, reset the tracker",
+                                "one clean step before growth",
+                                "batch 32, d_in 4, d_hidden 16, d_out 8, default scaler",
+                                "scale 2^127 at the growth interval"),
+        "mutation": ("batch 32, d_in 4, d_hidden 16, d_out 8, default scaler", "default scaler, d_out 3"),
+        "overflow is an outcome, not an error": ("default scaler, d_out 3",
+                                                 "scale 2^24 overflows float16: no RuntimeWarning escapes"),
+        "failure modes": ("master is float64", "scaler with an extra key 'momentum'", "scaler['growth_factor'] = 1.0",
+                          "scaler['growth_tracker'] = growth_interval = 5", "lr = 0",
+                          "a clean step with scaler['backoff_factor'] = 2"),
+        "metrics that prove it correct": ("batch 32, d_in 4, d_hidden 16, d_out 8, default scaler", "tiny gradients",
+                                          "default scaler, d_out 3"),
+    },
+}
+"""The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
+
 F16_EDGES = np.array([65504.0, 65519.0, 65520.0, 7e4, -1e5, 3e38, 2.0**-14, 2.0**-24, 2.0**-25, 3e-8, -1e-9, 0.5],
                      dtype=np.float32)
 """float16's edges: max, rounds down to max, the first overflow, beyond it (both signs), near float32's max,
@@ -105,6 +161,7 @@ def check_cast_to_half_precision(fn: Callable[..., Any]) -> str:
 
     def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
         half, report = assert_tuple(label, "the result (half, overflow)", got, 2)
+        # exact: one IEEE conversion to float16 (round to nearest, ties to even) has a single right answer
         assert_array_dict(label, "half", half, expected[0], exact=True)
         _no_shared_memory(label, "half", half, inputs[0][0])
         if not isinstance(report, Mapping) or set(report) != set(expected[1]):
@@ -135,6 +192,8 @@ def check_make_master_params(fn: Callable[..., Any]) -> str:
     cases = [
         ("float32 MLP parameters (a copy, not the same arrays)",
          _args(init_mlp_params(3, 4, 2, np.random.default_rng(7)))),
+        ("not only the MLP: a float32 dict with other keys ('embed', 'norm.scale', 'head') and shapes",
+         _args({"embed": _normal(15, (6, 4)), "norm.scale": _normal(16, (4,)), "head": _normal(17, (4, 2, 3))})),
         ("float16 weights (widened exactly)", _args(_tree(13, dtype=np.float16))),
         ("float64 weights (rounded to float32)", _args(_tree(14, dtype=np.float64))),
         ("mixed dtypes", _args(mixed)),
@@ -144,6 +203,7 @@ def check_make_master_params(fn: Callable[..., Any]) -> str:
     ]
 
     def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
+        # exact: float16 → float32 is exact, float32 → float32 a copy, float64 → float32 one IEEE rounding
         assert_array_dict(label, "master", got, expected, exact=True)
         _no_shared_memory(label, "master", got, inputs[0][0])
 
@@ -209,6 +269,8 @@ def check_unscale_gradients(fn: Callable[..., Any]) -> str:
     cases = [
         ("float16 gradients scaled by 2^16 (underflow if divided in float16)", _args(small16, 2.0**16)),
         ("float16 gradients, scale 0.25 (overflow if divided in float16)", _args(big16, 0.25)),
+        ("a 0-d float16 gradient stays a 0-d array (scale 2^10)",
+         _args({"s": np.array(3.0, np.float16), "W": np.full((2, 2), 6.0, np.float16)}, 2.0**10)),
         ("float32 gradients, scale 1024", _args(_tree(22), 1024.0)),
         ("float64 gradients, scale 3 (not a power of two)", _args(_tree(23, dtype=np.float64), 3.0)),
         ("inf and nan pass through", _args(bad, 2.0**10)),
@@ -256,7 +318,8 @@ def check_has_non_finite_gradients(fn: Callable[..., Any]) -> str:
 
     cases = [
         ("all finite", _args(_tree(31))),
-        ("float16 extremes ±65504 and 2^-24 are finite", _args({"x": np.array([65504, -65504, 2**-24], np.float16)})),
+        ("float16 extremes ±65504, 2^-24 and -0 are finite",
+         _args({"x": np.array([65504, -65504, 2**-24, -0.0], np.float16)})),
         ("+inf in the first array", _args(with_value(np.inf, "W1"))),
         ("-inf in the last array only", _args(with_value(-np.inf, "s"))),
         ("nan in a middle array only", _args(with_value(np.nan, "W2"))),
@@ -344,11 +407,23 @@ def check_mixed_precision_step(fn: Callable[..., Any]) -> str:
     def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
         new_master, new_scaler, info = assert_tuple(label, "the result (new_master, new_scaler, info)", got, 3)
         (master, _, _, scaler, _), _ = originals[label]()
+        # The weights are float32 (eps 1.2e-7; |w| < 2.5 here, so ~3e-7 absolute) and the steps reach 0.09;
+        # the gradient behind a step carries float16 rounding (eps 9.8e-4), so two correct steps whose
+        # float16 arithmetic runs in another order differ by ~1e-3 of a step, ≤ 1e-4 here → rtol 1e-4, atol 2e-4.
         assert_array_dict(label, "new_master", new_master, expected[0], rtol=1e-4, atol=2e-4)
         for key in master:  # the update itself, to 2 % of its size (it can be far below the weights' rounding)
             step = expected[0][key].astype(np.float64) - master[key]
+            # float16 (eps 9.8e-4): the scaled loss gradient is cast once, then summed in float16 matmuls over
+            # up to 32 examples and 16 hidden units; reordered, an entry moves by several eps (more where
+            # terms cancel) → 2 % of the entry, or of the largest step for entries near zero. Forgetting to
+            # unscale, or updating the float16 weights, is off by orders of magnitude.
             assert_array(label, f"the update new_master[{key!r}] - master[{key!r}]", new_master[key] - master[key],
                          step, rtol=0.02, atol=0.02 * float(np.max(np.abs(step), initial=0.0)), check_dtype=False)
+        for key, value in new_master.items():
+            if isinstance(value, np.ndarray) and key in master and np.shares_memory(value, inputs[0][0][key]):
+                raise CheckFailure(f"[{label}] new_master[{key!r}] shares memory with master[{key!r}]: the step "
+                                   "returns new arrays, even when it is skipped (return copies of the master, never "
+                                   "the master's own arrays)")
         if inputs[0][3] != scaler:
             raise CheckFailure(f"[{label}] the function modified its input scaler in place; return a new dict")
         if not isinstance(new_scaler, Mapping) or set(new_scaler) != set(expected[1]):
@@ -371,16 +446,21 @@ def check_mixed_precision_step(fn: Callable[..., Any]) -> str:
         if not isinstance(info["loss"], float):
             raise CheckFailure(f"[{label}] info['loss'] must be a Python float, got "
                                f"{type(info['loss']).__module__}.{type(info['loss']).__name__}")
+        # exact: scale_used is the scaler's own scale, passed through (no arithmetic)
         assert_scalar(label, "info['scale_used']", info["scale_used"], expected[2]["scale_used"], rtol=0.0, atol=0.0)
         if np.isfinite(expected[2]["loss"]):
-            # The loss of the float16 prediction, in float32/float64 arithmetic: two correct answers agree to
-            # ~1e-7; a loss from a separate float32 forward pass differs by ~1e-4 (and by orders of magnitude
-            # in the tiny-residual case).
+            # The loss of the float16 prediction, in float32 arithmetic (eps 1.2e-7): a mean of up to 256
+            # squares summed pairwise or in float64 agrees to a few eps → rtol 1e-6; a loss from a separate
+            # float32 forward pass differs by ~1e-4 (and by orders of magnitude in the tiny-residual case).
             assert_scalar(label, "info['loss'] (unscaled, from the float16 prediction)", info["loss"],
                           expected[2]["loss"], rtol=1e-6, atol=0.0)
 
     master, X, Y, scaler, lr = _step_case(9, 6, 3, 4, 2, ref.init_loss_scaler())()[0]
     master64 = {k: v.astype(np.float64) for k, v in master.items()}
+    # With the default scale 2^16 this step overflows (it is skipped), so lr is never used: an answer that
+    # validates lr only where the update reads it accepts lr = 0, nan or inf here. At scale 2^8 the same
+    # step is clean and backoff_factor is never used: it must be validated all the same.
+    clean_scaler = ref.init_loss_scaler(2.0**8)
     invalid = [
         ("master is float64", BAD, "master", _args(master64, X, Y, scaler, lr)),
         ("master without 'b2'", BAD, "b2", _args({k: v for k, v in master.items() if k != "b2"}, X, Y, scaler, lr)),
@@ -398,9 +478,12 @@ def check_mixed_precision_step(fn: Callable[..., Any]) -> str:
          _args(master, X, Y, {**scaler, "growth_interval": 0, "growth_tracker": 0}, lr)),
         ("scaler['growth_tracker'] = growth_interval = 5", BAD, "growth_tracker",
          _args(master, X, Y, {**scaler, "growth_interval": 5, "growth_tracker": 5}, lr)),
-        ("lr = 0", BAD, "lr", _args(master, X, Y, scaler, 0.0)),
+        ("lr = 0 (on a skipped step, where lr is never used: it is validated first)", BAD, "lr",
+         _args(master, X, Y, scaler, 0.0)),
         ("lr = nan", BAD, "lr", _args(master, X, Y, scaler, float("nan"))),
         ("lr = inf", BAD, "lr", _args(master, X, Y, scaler, float("inf"))),
+        ("a clean step with scaler['backoff_factor'] = 2: every field is validated before anything is computed",
+         BAD, "backoff_factor", _args(master, X, Y, {**clean_scaler, "backoff_factor": 2.0}, lr)),
     ]
     count = run_cases("mixed_precision_step", fn, ref.mixed_precision_step, cases, compare, invalid,
                       compare_with_inputs=True, count_only=True)

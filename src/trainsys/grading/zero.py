@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from trainsys.grading._harness import (
+    against_fresh_inputs,
     fixed as _fixed,
     BAD,
     Args,
@@ -22,9 +23,11 @@ from trainsys.grading._harness import (
     assert_array,
     assert_array_dict,
     assert_tuple,
+    call,
+    passed,
+    quiet,
     run_cases,
 )
-from trainsys.grading.data_parallel import with_snapshots
 from trainsys.memtrain import mlp
 from trainsys.memtrain import zero as ref
 
@@ -35,6 +38,51 @@ __all__ = [
     "check_all_gather_param_shards",
     "check_zero_optimizer_step",
 ]
+
+CLAUSES = {
+    "init_adam_state": {
+        "dtype rule": ("MLP parameters, float64", "float16 parameters"),
+        "mutation": ("MLP parameters, float32", "float16 parameters"),
+        "aliasing": ("MLP parameters, float32",),
+        "failure modes": ("params is a list", "an integer parameter 'layer7'", "a parameter given as a Python list",
+                          "a boolean parameter array"),
+        "metric that proves it correct": ("MLP parameters, float32",),
+    },
+    "partition_optimizer_state": {
+        "padding rule": ("flat_numel=10, num_workers=4", "flat_numel=1152921504606846977"),
+        "mutation": ("called twice with (11, 3)",),
+        "failure modes": ("num_workers = 0", "num_workers = True", "num_workers = '4'", "flat_numel = 0",
+                          "flat_numel = 10.0"),
+        "metric that proves it correct": ("flat_numel=10, num_workers=4",),
+    },
+    "local_shard_adam_update": {
+        "mutation": ("first step, 7 elements, torch defaults", "first step, a zero gradient"),
+        "failure modes": ("step 2, beta1 = 0", "hp['lr'] = nan", "hp with an extra key 'weight_decay'",
+                          "state_shard['m'] of 5 elements", "state_shard['step'] = True",
+                          "state_shard['step'] = 2.0", "param_shard an integer array"),
+        "metric that proves it correct": ("first step, 7 elements, torch defaults", "first step, 1 element"),
+    },
+    "all_gather_param_shards": {
+        "mutation": ("7 elements on 1 worker", "10 elements on 4 workers, the padding slots hold 7.0"),
+        "failure modes": ("no shards", "shards[1] of 2 elements, shards[0] of 3", "shards[2] float64",
+                          "shards[0] an integer array", "2-D shards", "flat_numel = 8", "flat_numel = True"),
+        "metric that proves it correct": ("10 elements on 4 workers (2 padding)", "13 elements on 5 workers"),
+    },
+    "zero_optimizer_step": {
+        "flat order": ("1 workers, Ψ = 32, after 0 steps",),
+        "mutation": ("1 workers, Ψ = 32, after 0 steps",),
+        "failure modes": ("no worker gradients", "3 gradients for 2 states", "worker_grads[1] with an extra key 'b3'",
+                          "worker_grads[1]['W1'] of shape (5, 3)", "worker_states[1]['v'] of the whole length"),
+        "metrics that prove it correct": ("1 workers, Ψ = 32, after 0 steps", "2 workers, Ψ = 32, after 0 steps",
+                                          "6 workers, Ψ = 4"),
+    },
+}
+"""The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
+
+TE = (TypeError,)
+"""The contract says TypeError (a wrong type: ``True``, ``2.0`` or a string for a count, an integer array)."""
+VE = (ValueError,)
+"""The contract says ValueError (a legal type with an illegal value or shape)."""
 
 HP = {"lr": 0.01, "beta1": 0.8, "beta2": 0.99, "eps": 1e-6}
 
@@ -95,9 +143,19 @@ def check_init_adam_state(fn: Callable[..., Any]) -> str:
                                                 "scale": np.array(1.5, np.float32)})),
     ]
 
+    originals = dict(cases)
+
     def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
         _assert_state(label, "the state", got, expected, tree=True)
         params = inputs[0][0]
+        original = originals[label]()[0][0]
+        for key, before in original.items():
+            after = params.get(key) if isinstance(params, dict) else None
+            if not isinstance(after, np.ndarray) or after.dtype != before.dtype or after.shape != before.shape:
+                now = f"{after.dtype} {after.shape}" if isinstance(after, np.ndarray) else type(after).__name__
+                raise CheckFailure(f"[{label}] params[{key!r}] was {before.dtype} {before.shape} and is now {now}: "
+                                   "params is not touched — read its shapes and dtypes, write only into the new "
+                                   "state")
         for key in params:
             if np.shares_memory(got["m"][key], got["v"][key]):
                 raise CheckFailure(f"[{label}] m[{key!r}] and v[{key!r}] are the same memory: updating one "
@@ -144,18 +202,33 @@ def check_partition_optimizer_state(fn: Callable[..., Any]) -> str:
                                f"{type(got).__name__} of {sorted({type(r).__name__ for r in got})} holding "
                                f"{sorted({type(x).__name__ for r in got for x in r})}")
 
-    invalid = [
-        ("num_workers = 0", BAD, "num_workers", _fixed(10, 0)),
-        ("num_workers = -2", BAD, "num_workers", _fixed(10, -2)),
+    invalid = [  # the contract: a non-integer is a TypeError, a value below 1 a ValueError
+        ("num_workers = 0", VE, "num_workers", _fixed(10, 0)),
+        ("num_workers = -2", VE, "num_workers", _fixed(10, -2)),
         ("num_workers = 2.0", (TypeError,), "num_workers", _fixed(10, 2.0)),
         ("num_workers = True", (TypeError,), "num_workers", _fixed(10, True)),
         ("num_workers = '4'", (TypeError,), "num_workers", _fixed(10, "4")),
-        ("flat_numel = 0", BAD, "flat_numel", _fixed(0, 2)),
+        ("flat_numel = 0", VE, "flat_numel", _fixed(0, 2)),
         ("flat_numel = 10.0", (TypeError,), "flat_numel", _fixed(10.0, 2)),
         ("flat_numel = True", (TypeError,), "flat_numel", _fixed(True, 1)),
         ("flat_numel = '12'", (TypeError,), "flat_numel", _fixed("12", 3)),
     ]
-    return run_cases("partition_optimizer_state", fn, ref.partition_optimizer_state, cases, compare, invalid)
+    count = run_cases("partition_optimizer_state", fn, ref.partition_optimizer_state, cases, compare, invalid,
+                      count_only=True)
+    with quiet():
+        # The ranges are computed from the two integers on every call: no state survives a call, so a caller
+        # that edits the list it was given (appends, pops) cannot change what the next call returns.
+        label = "called twice with (11, 3): the caller empties the first list, the second must be whole"
+        first = call(fn, label, 11, 3)
+        if isinstance(first, list):
+            first.clear()
+        second = call(fn, label, 11, 3)
+        expected = ref.partition_optimizer_state(11, 3)
+        if second is first or not isinstance(second, (list, tuple)) or [tuple(r) for r in second] != expected:
+            raise CheckFailure(f"[{label}] the second call returned {second!r}, expected {expected}: the function "
+                               "kept the list it returned the first time (a cache?) — compute the ranges from the "
+                               "two integers on every call and return a new list")
+    return passed("partition_optimizer_state", count + 1)
 
 
 # --- Lesson 33 -------------------------------------------------------------------------------------
@@ -192,7 +265,7 @@ def check_local_shard_adam_update(fn: Callable[..., Any]) -> str:
     cases.append(("first step, a zero gradient (nothing moves, the results are still new arrays)",
                   _fixed(zero_p, np.zeros(4, np.float32), {"m": np.zeros(4, np.float32), "v": np.zeros(4, np.float32),
                                                            "step": 0}, HP)))
-    unchanged = with_snapshots(cases)
+    unchanged = against_fresh_inputs(cases)
 
     def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
         unchanged(label, inputs)
@@ -216,9 +289,13 @@ def check_local_shard_adam_update(fn: Callable[..., Any]) -> str:
         ("hp['eps'] = inf", BAD, "eps", _fixed(p, g, state, {**HP, "eps": float("inf")})),
         ("hp without 'eps'", BAD, "hp", _fixed(p, g, state, {k: v for k, v in HP.items() if k != "eps"})),
         ("hp with an extra key 'weight_decay'", BAD, "hp", _fixed(p, g, state, {**HP, "weight_decay": 0.0})),
-        ("grad_shard of 3 elements for 4", BAD, "grad_shard", _fixed(p, g[:3], state, HP)),
-        ("state_shard['m'] of 5 elements for 4", BAD, "state_shard",
+        # the contract: a grad_shard or a moment of another shape is a ValueError, a non-array or an integer
+        # array a TypeError naming it
+        ("grad_shard of 3 elements for 4", VE, "grad_shard", _fixed(p, g[:3], state, HP)),
+        ("state_shard['m'] of 5 elements for 4", VE, "state_shard",
          _fixed(p, g, {**state, "m": np.zeros(5, np.float32)}, HP)),
+        ("param_shard an integer array", TE, "param_shard", _fixed(np.arange(4), g, state, HP)),
+        ("grad_shard a Python list", TE, "grad_shard", _fixed(p, g.tolist(), state, HP)),
         ("state_shard['step'] = -1", BAD, "step", _fixed(p, g, {**state, "step": -1}, HP)),
         ("state_shard['step'] = True", BAD, "step", _fixed(p, g, {**state, "step": True}, HP)),
         ("state_shard['step'] = 2.0", BAD, "step", _fixed(p, g, {**state, "step": 2.0}, HP)),
@@ -251,16 +328,18 @@ def check_all_gather_param_shards(fn: Callable[..., Any]) -> str:
         ("5 elements on 1 worker of 5 (no padding)", _gather_case(5, 1, 8, np.float64)),
         ("9 elements on 3 workers given as a tuple", _gather_case(9, 3, 9, container=tuple)),
     ]
-    unchanged = with_snapshots(cases)
+    unchanged = against_fresh_inputs(cases)
 
     def compare(label: str, got: Any, expected: np.ndarray, inputs: Args) -> None:
         unchanged(label, inputs)
+        # exact: gathering copies values (no arithmetic); the contract's metric is "bit for bit"
         assert_array(label, "the gathered flat parameters", got, expected, exact=True)
         _assert_new(label, "the gathered flat parameters", got, inputs[0][0], "shards")
 
     shards = _gather_case(10, 4, 6)()[0][0]
     invalid = [
-        ("no shards", BAD, "shards", _fixed([], 4)),
+        ("no shards", VE, "shards", _fixed([], 4)),  # the contract: an empty or non-list shards is a ValueError
+        ("shards a dict, not a list", VE, "shards", _fixed(dict(enumerate(shards)), 10)),
         ("shards[1] of 2 elements, shards[0] of 3", BAD, "shards[1]", _fixed([shards[0], shards[1][:2]], 5)),
         ("shards[2] float64, shards[0] float32", BAD, "shards[2]",
          _fixed([shards[0], shards[1], shards[2].astype(np.float64), shards[3]], 10)),
@@ -296,7 +375,7 @@ def check_zero_optimizer_step(fn: Callable[..., Any]) -> str:
     cases.append(("2 workers, float32", _zero_case(2, 1, 30, np.float32)))
     cases.append(("6 workers, Ψ = 4 (workers 4 and 5 own only padding; their state advances too)",
                   _zero_case(6, 1, 31, widths=(1, 1, 1))))
-    unchanged = with_snapshots(cases)
+    unchanged = against_fresh_inputs(cases)
 
     def compare(label: str, got: Any, expected: tuple, inputs: Args) -> None:
         unchanged(label, inputs)
@@ -308,11 +387,17 @@ def check_zero_optimizer_step(fn: Callable[..., Any]) -> str:
             if isinstance(g, dict) and isinstance(g.get("m"), np.ndarray) and g["m"].shape != e["m"].shape:
                 raise CheckFailure(f"[{label}] worker {k}'s m has shape {g['m'].shape}, expected {e['m'].shape}: "
                                    "each worker keeps only its shard (1/N) of the optimizer state")
-            _assert_state(label, f"new_worker_states[{k}]", g, e, tree=False)
+            try:
+                _assert_state(label, f"new_worker_states[{k}]", g, e, tree=False)
+            except CheckFailure as failure:
+                raise CheckFailure(f"{failure} — worker k's state holds positions k·s … (k+1)·s − 1 of the "
+                                   "flat vector, in flatten_params' order (the dict's key order, each array raveled "
+                                   "in C order), padded at the end") from None
 
     params, grads, states, _ = _zero_case(2, 0, 40)()[0]
     invalid = [
         ("no worker gradients", BAD, "worker_grads", _fixed(params, [], states, HP)),
+        ("worker_grads a dict, not a list", BAD, "worker_grads", _fixed(params, dict(enumerate(grads)), states, HP)),
         ("3 gradients for 2 states", BAD, "worker_states", _fixed(params, grads + grads[:1], states, HP)),
         ("worker_grads[1] without 'b2'", BAD, "worker_grads[1]",
          _fixed(params, [grads[0], {k: v for k, v in grads[1].items() if k != "b2"}], states, HP)),
