@@ -84,6 +84,19 @@ def bench_mutants() -> None:
     print(f"mean check time per answer: {elapsed / max(dev_total + red_total + alt_total, 1) * 1000:.1f} ms")
 
 
+def bench_lessons() -> None:
+    """How long the lessons are: markdown words per lesson (median, largest) and in all, per module."""
+    import statistics
+
+    from trainsys.course import lesson_words
+
+    words = {path: lesson_words(path) for path in _lessons()}
+    for module in ("m1", "m2", "m3", ""):
+        counts = [n for path, n in words.items() if path.parent.name.startswith(module)]
+        print(f"lesson words, {'module ' + module[1] if module else 'all 96 lessons'}: median "
+              f"{statistics.median(counts):.0f}, largest {max(counts)}, total {sum(counts)}")
+
+
 def bench_nbval() -> None:
     """Seconds per notebook for ``pytest --nbval-lax`` over every lesson (kernel start included)."""
     lessons = _lessons()
@@ -323,6 +336,7 @@ SECTIONS: dict[str, Callable[[], None]] = {
     "checkpointing": bench_checkpointing,
     "mixed_precision": bench_mixed_precision,
     "mutants": bench_mutants,
+    "lessons": bench_lessons,
     "nbval": bench_nbval,
     "autograde": bench_autograde,
     "book": bench_book,

@@ -85,3 +85,10 @@ def submit(course: Path, student: str, assignment: str, answers: dict[str, dict[
 def solved_answers(course: Path, assignment: str) -> dict[str, dict[str, str]]:
     """The reference answers of every notebook of ``assignment``, for a student who solved them all."""
     return {p.name: answer_sources(p) for p in sorted((course / "solutions" / assignment).glob("*.ipynb"))}
+
+
+def lesson_words(notebook: Path) -> int:
+    """A lesson's length as a reader meets it: the whitespace-separated words of its markdown cells
+    (mathematics included, code cells not)."""
+    nb = nbformat.read(notebook, as_version=4)
+    return sum(len(cell.source.split()) for cell in nb.cells if cell.cell_type == "markdown")
