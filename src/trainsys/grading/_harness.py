@@ -51,6 +51,29 @@ def peak_of_call(fn: Callable[..., Any], case: str, *args: Any, **kwargs: Any) -
     return call(measure, case, *args, **kwargs)
 
 
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.2f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:.1f} KiB"
+
+
+def assert_peak_within(fn: Callable[..., Any], case: str, reference: Callable[..., Any], args: tuple,
+                       factor: float, slack: int, advice: str) -> None:
+    """Fail ``case`` when the student's peak memory exceeds ``factor`` times the reference's plus ``slack`` bytes.
+
+    Both are measured the same way (:func:`peak_of_call`; the reference in this process with
+    ``tracemalloc``); the caller justifies ``factor`` and ``slack`` from what the reference holds at its peak
+    and what the mistake the case exposes would add. ``advice`` says what to change.
+    """
+    from trainsys.memtrain.measure import peak_memory_bytes
+
+    with quiet():
+        _, expected = peak_memory_bytes(reference, *args)
+        _, got = peak_of_call(fn, case, *args)
+    limit = factor * expected + slack
+    if got > limit:
+        raise CheckFailure(f"[{case}] peak memory {_size(got)}, expected at most {_size(limit)} (the reference needs "
+                           f"{_size(expected)}): {advice}")
+
+
 def call(fn: Callable[..., Any], case: str, *args: Any, **kwargs: Any) -> Any:
     """Call the student's ``fn``, turning any exception it raises into a failure of ``case``.
 

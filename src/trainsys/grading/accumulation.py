@@ -14,26 +14,23 @@ from typing import Any
 import numpy as np
 
 from trainsys.grading._harness import (
+    assert_peak_within,
     assert_contiguous_views,
     fixed as _fixed,
     BAD,
     Args,
     CheckFailure,
-    assert_array,
     assert_array_dict,
     assert_scalar,
     assert_tuple,
-    call,
     expect_raises,
     expect_raises_naming_any,
     passed,
-    peak_of_call,
     quiet,
     run_cases,
 )
 from trainsys.memtrain import accumulation as ref
 from trainsys.memtrain import mlp
-from trainsys.memtrain.measure import peak_memory_bytes
 
 TE = (TypeError,)
 """The contract says TypeError (a wrong type: ``True``, ``2.0`` or a string for a number, an integer array)."""
@@ -282,10 +279,4 @@ def _check_memory(fn: Callable[..., Any]) -> None:
         X, Y = _data(n, d_in, d_out, seed=seed)
         params = mlp.init_mlp_params(d_in, d_hidden, d_out, np.random.default_rng(seed + 1))
         label = f"memory, {name}: n={n}, d_in={d_in}, d_hidden={d_hidden}, d_out={d_out}, 8 micro-batches"
-        with quiet():
-            _, reference = peak_memory_bytes(ref.grad_accumulation_step, params, X, Y, 8, 0.01)
-            _, student = peak_of_call(fn, label, params, X, Y, 8, 0.01)
-        limit = factor * reference + 2**18
-        if student > limit:
-            raise CheckFailure(f"[{label}] peak memory {student / 2**20:.2f} MiB, expected at most {limit / 2**20:.2f} MiB "
-                               f"(the reference needs {reference / 2**20:.2f} MiB): {advice}")
+        assert_peak_within(fn, label, ref.grad_accumulation_step, (params, X, Y, 8, 0.01), factor, 2**18, advice)

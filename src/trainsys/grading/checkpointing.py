@@ -9,7 +9,6 @@ measured against the reference's peak measured the same way.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from trainsys.grading._harness import (
+    assert_peak_within,
     assert_unchanged,
     fixed as _fixed,
     BAD,
@@ -25,12 +25,9 @@ from trainsys.grading._harness import (
     assert_array,
     assert_tuple,
     passed,
-    peak_of_call,
-    quiet,
     run_cases,
 )
 from trainsys.memtrain import checkpointing as ref
-from trainsys.memtrain.measure import peak_memory_bytes
 
 TE = (TypeError,)
 """The contract says TypeError (a float such as ``2.0``, or a ``bool``, where an integer is required)."""
@@ -110,18 +107,6 @@ NETS = [  # (widths, batch, segment sizes to try)
 ]
 
 
-def _peak_case(fn: Callable[..., Any], label: str, reference: Callable[..., Any], args: tuple, factor: float,
-               slack: int, advice: str) -> None:
-    """Fail when the student's peak exceeds ``factor`` times the reference's (in-process) plus ``slack``."""
-    with quiet():
-        _, expected = peak_memory_bytes(reference, *args)
-        _, got = peak_of_call(fn, label, *args)
-    limit = factor * expected + slack
-    if got > limit:
-        raise CheckFailure(f"[{label}] peak memory {got / 2**20:.2f} MiB, expected at most {limit / 2**20:.2f} MiB "
-                           f"(the reference needs {expected / 2**20:.2f} MiB): {advice}")
-
-
 # Activations dominate: 12 hidden layers of width 128 on a batch of 2048, 1 MiB per activation; the
 # parameters are 64 KiB per layer. Segments of 4 layers.
 DEEP = ([16] + [128] * 12 + [4], 2048, 4)
@@ -182,7 +167,7 @@ def check_mlp_forward_checkpointed(fn: Callable[..., Any]) -> str:
     # The reference holds the boundaries (1 MiB each, a_4 and a_8 here) plus the layer being run: about
     # 5 MiB. Appending each boundary before its segment runs holds one more for a while (6 MiB); keeping
     # every activation during the loop holds all 12 (13 MiB). Limit: 1.5 times plus 256 KiB.
-    _peak_case(fn, f"memory: widths [16] + [128] * 12 + [4], batch={n}, segment_size={s}",
+    assert_peak_within(fn, f"memory: widths [16] + [128] * 12 + [4], batch={n}, segment_size={s}",
                ref.mlp_forward_checkpointed, (params, X, s), 1.5, 2**18,
                "activations that are not boundaries are kept alive during the pass; keep a reference only to "
                "the input of each segment and let every other activation go once the next layer has read it")
@@ -293,14 +278,14 @@ def _check_backward_memory(fn: Callable[..., Any]) -> None:
     params, X = _net(widths, n, 61)
     dY = np.random.default_rng(62).standard_normal((n, widths[-1])).astype(np.float32)
     _, ckpt = ref.mlp_forward_checkpointed(params, X, s)
-    _peak_case(fn, f"memory: widths [16] + [128] * 12 + [4], batch={n}, segment_size={s}",
+    assert_peak_within(fn, f"memory: widths [16] + [128] * 12 + [4], batch={n}, segment_size={s}",
                ref.mlp_backward_checkpointed, (params, ckpt, dY), 1.3, 2**18,
                "more than one segment's activations are alive: rebuild a segment from its own boundary, "
                "back-propagate through it, and drop it before rebuilding the next")
     params, X = _net([2048, 16, 16, 4], 1024, 63)
     dY = np.random.default_rng(64).standard_normal((1024, 4)).astype(np.float32)
     _, ckpt = ref.mlp_forward_checkpointed(params, X, 3)
-    _peak_case(fn, "memory: widths [2048, 16, 16, 4], batch=1024, segment_size=3 (a wide input)",
+    assert_peak_within(fn, "memory: widths [2048, 16, 16, 4], batch=1024, segment_size=3 (a wide input)",
                ref.mlp_backward_checkpointed, (params, ckpt, dY), 2.0, 2**20,
                "an array as large as X was allocated: layer 0 needs only dW and db — use first_linear_backward, "
                "which does not compute the data gradient dX")
@@ -356,7 +341,7 @@ def check_estimate_checkpointing_memory_savings(fn: Callable[..., Any]) -> str:
     # arrays of the network's size to count their bytes allocates at least that much. Limit: twice the
     # reference plus 2 MiB (the sandbox measures resident memory, whose allocator noise is well below that).
     widths = [64] + [512] * 8 + [8]
-    _peak_case(fn, "memory: widths [64] + [512] * 8 + [8], batch=4096, segment_size=3 "
+    assert_peak_within(fn, "memory: widths [64] + [512] * 8 + [8], batch=4096, segment_size=3 "
                "(no arrays of the network's size)", ref.estimate_checkpointing_memory_savings, (widths, 4096, 3, 4), 2.0, 2**21,
                "the estimate allocated arrays: compute every byte count from the widths, the batch and "
                "bytes_per_elem (integers), as checkpointing_memory_timeline does — never from arrays of "

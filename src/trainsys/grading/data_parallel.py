@@ -9,15 +9,14 @@ against the reference's, with ``tracemalloc`` or, in the grading sandbox, by the
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from trainsys.grading._harness import (
+    assert_peak_within,
     against_fresh_inputs,
-    assert_unchanged,
     assert_contiguous_views,
     fixed as _fixed,
     BAD,
@@ -27,17 +26,13 @@ from trainsys.grading._harness import (
     assert_array_dict,
     assert_scalar,
     assert_tuple,
-    call,
     passed,
-    peak_of_call,
-    quiet,
     run_cases,
 )
 from trainsys.memtrain import buckets as ref_buckets
 from trainsys.memtrain import data_parallel as ref
 from trainsys.memtrain import mlp
 from trainsys.memtrain import ring_allreduce as ref_ring
-from trainsys.memtrain.measure import peak_memory_bytes
 
 TE = (TypeError,)
 """The contract says TypeError (a wrong type: ``True`` or ``2.0`` for a count, a list for an array)."""
@@ -258,13 +253,8 @@ def _check_local_memory(fn: Callable[..., Any]) -> None:
     shard = _data(n, d_in, d_out, seed=61)
     label = (f"memory: a shard of {n} examples, d_in={d_in}, d_hidden={d_hidden}, d_out={d_out} "
              "(the peak of Part 1 for n_k rows)")
-    with quiet():
-        _, reference = peak_memory_bytes(ref.compute_local_gradients, params, shard)
-        _, student = peak_of_call(fn, label, params, shard)
-    limit = 1.5 * reference + 2**20
-    if student > limit:
-        raise CheckFailure(f"[{label}] peak memory {student / 2**20:.2f} MiB, expected at most {limit / 2**20:.2f} "
-                           f"MiB (the reference needs {reference / 2**20:.2f} MiB): the worker's peak is the "
+    assert_peak_within(fn, label, ref.compute_local_gradients, (params, shard), 1.5, 2**20,
+                       "the worker's peak is the "
                            "forward cache and one gradient tree — sum over the shard's examples inside the matrix "
                            "products (A1.T @ dY), never by forming one gradient per example")
 

@@ -14,7 +14,7 @@ from trainsys.fedavg import experiments as ref
 from trainsys.fedavg.server import FedAvgConfig
 from trainsys.grading._harness import CheckFailure, passed, quiet
 from trainsys.grading._torch_harness import BAD, assert_equal, assert_real, fixed, run_torch_cases
-from trainsys.grading.fedavg_server import compare_records
+from trainsys.grading.fedavg_server import compare_records, inputs_kept, unseeded_global_rng
 
 __all__ = [
     "check_train_centralized_baseline",
@@ -25,13 +25,58 @@ __all__ = [
     "check_accuracy_vs_client_fraction",
 ]
 
+CLAUSES = {
+    "train_centralized_baseline": {
+        "mutation": ("tiny config",),
+        "failure modes": ("config {'batch_size': 0}", "config {'colour': 2}"),
+        "metric that proves it correct": ("tiny config", "momentum 0.5, seed 3", "config epochs=3"),
+    },
+    "run_fedavg_iid": {
+        "mutation": ("a shards config made IID",),
+        "failure modes": ("config {'colour': 2}",),
+        "metric that proves it correct": ("a shards config made IID", "Dirichlet, shards_per_client=3"),
+    },
+    "run_fedavg_non_iid": {
+        "mutation": ("an IID config made non-IID",),
+        "failure modes": ("config {'colour': 2}",),
+        "metric that proves it correct": ("an IID config made non-IID", "Dirichlet alpha=0.3 kept",
+                                          "IID made shards with shards_per_client=3"),
+    },
+    "compute_non_iid_gap": {
+        "sign": ("one history each",),
+        "mutation": ("one history each",),
+        "failure modes": ("3 rounds vs 2 rounds", "iid_history's round 2 has no test_accuracy",
+                          "iid_history holds runs of 2 and 3 rounds", "iid_history = [] (empty)",
+                          "iid_history = [{'history': []}]"),
+        "metric that proves it correct": ("one history each", "three seeds of four rounds"),
+    },
+    "rounds_to_target_vs_local_epochs": {
+        "mutation": ("E in [1, 3]",),
+        "failure modes": ("epochs_list = [1, 1]", "epochs_list = [True]", "target = True", "target = NaN",
+                          "seeds = [-1]", "seeds = [1, 1]", "epochs_list as a tuple"),
+        "metric that proves it correct": ("E in [1, 3]", "non-IID shards, E in [2, 1]"),
+    },
+    "accuracy_vs_client_fraction": {
+        "mutation": ("fractions [0.2, 1]",),
+        "failure modes": ("fractions = [0.5, 0.5]", "fractions = [True]", "fractions = [NaN]", "seeds = [-1]"),
+        "metric that proves it correct": ("fractions [0.2, 1]", "non-IID, fractions [0.6, 0.1, 0.4]",
+                                          "25 clients, fraction 0.28"),
+    },
+}
+"""The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
+
 TINY = {"num_examples": 90, "d_in": 3, "n_classes": 3, "d_hidden": 6, "num_clients": 5, "fraction": 0.4,
         "epochs": 1, "batch_size": 5, "rounds": 3, "lr": 0.2}
 FEDAVG_KEYS = ("selected", "local_steps", "bytes_up", "bytes_down")
 
 
-def _record_compare(history_keys: tuple[str, ...]) -> Callable[[str, Any, dict], None]:
-    return lambda label, got, expected: compare_records(label, got, expected, history_keys)
+def _record_compare(history_keys: tuple[str, ...], cases: list) -> Callable[[str, Any, dict, Any], None]:
+    kept = inputs_kept(cases)
+
+    def compare(label: str, got: Any, expected: dict, inputs: Any) -> None:
+        kept(label, inputs)
+        compare_records(label, got, expected, history_keys)
+    return compare
 
 
 def _bad_configs(*names: str) -> list:
@@ -46,8 +91,10 @@ def check_train_centralized_baseline(fn: Callable[..., Any]) -> str:
     cases = [("tiny config", fixed(TINY)), ("momentum 0.5, seed 3", fixed({**TINY, "momentum": 0.5, "seed": 3})),
              ("B = None (full batch), FedAvgConfig", fixed(FedAvgConfig(**{**TINY, "batch_size": None}))),
              ("config epochs=3 (a federation field: ignored, one epoch per round)", fixed({**TINY, "epochs": 3}))]
-    return run_torch_cases("train_centralized_baseline", fn, ref.train_centralized_baseline, cases,
-                           _record_compare(()), _bad_configs("lr", "batch_size", "colour"))
+    with unseeded_global_rng():
+        return run_torch_cases("train_centralized_baseline", fn, ref.train_centralized_baseline, cases,
+                               _record_compare((), cases), _bad_configs("lr", "batch_size", "colour"),
+                               compare_with_inputs=True)
 
 
 # --- Lesson 22 -------------------------------------------------------------------------------------
@@ -59,8 +106,9 @@ def check_run_fedavg_iid(fn: Callable[..., Any]) -> str:
              ("Dirichlet, shards_per_client=3, alpha=0.7, progress=True: all kept in the record's config",
               fixed({**TINY, "partition": "dirichlet", "shards_per_client": 3, "alpha": 0.7, "progress": True,
                      "rounds": 2}))]
-    return run_torch_cases("run_fedavg_iid", fn, ref.run_fedavg_iid, cases, _record_compare(FEDAVG_KEYS),
-                           _bad_configs("fraction", "num_clients", "colour"))
+    with unseeded_global_rng():
+        return run_torch_cases("run_fedavg_iid", fn, ref.run_fedavg_iid, cases, _record_compare(FEDAVG_KEYS, cases),
+                               _bad_configs("fraction", "num_clients", "colour"), compare_with_inputs=True)
 
 
 # --- Lesson 23 -------------------------------------------------------------------------------------
@@ -74,8 +122,10 @@ def check_run_fedavg_non_iid(fn: Callable[..., Any]) -> str:
               fixed({**TINY, "shards_per_client": 3, "alpha": 0.3, "progress": True, "rounds": 2})),
              ("shards, alpha=0.3 kept in the record's config", fixed({**TINY, "partition": "shards", "alpha": 0.3,
                                                                       "rounds": 2}))]
-    return run_torch_cases("run_fedavg_non_iid", fn, ref.run_fedavg_non_iid, cases, _record_compare(FEDAVG_KEYS),
-                           _bad_configs("epochs", "colour"))
+    with unseeded_global_rng():
+        return run_torch_cases("run_fedavg_non_iid", fn, ref.run_fedavg_non_iid, cases,
+                               _record_compare(FEDAVG_KEYS, cases), _bad_configs("epochs", "colour"),
+                               compare_with_inputs=True)
 
 
 # --- Lesson 24 -------------------------------------------------------------------------------------
@@ -94,7 +144,10 @@ def check_compute_non_iid_gap(fn: Callable[..., Any]) -> str:
         ("one round", fixed(_history([0.6]), _history([0.6]))),
     ]
 
-    def compare(label: str, got: Any, expected: dict) -> None:
+    kept = inputs_kept(cases)
+
+    def compare(label: str, got: Any, expected: dict, inputs: Any) -> None:
+        kept(label, inputs)
         if not isinstance(got, dict) or set(got) != set(expected):
             raise CheckFailure(f"[{label}] must return a dict with keys {sorted(expected)}, got "
                                f"{sorted(got) if isinstance(got, dict) else type(got).__name__}")
@@ -103,10 +156,13 @@ def check_compute_non_iid_gap(fn: Callable[..., Any]) -> str:
         for key in ("gap_mean", "gap_std"):
             if not isinstance(got[key], list) or len(got[key]) != len(expected[key]):
                 raise CheckFailure(f"[{label}] {key} must be a list of {len(expected[key])} floats")
+            # float64 (eps = 2.2e-16) means and spreads of <= 12 numbers in [-1, 1]: another summation order or
+            # formula (statistics.stdev, NumPy's ddof=1) differs by ~1e-15; rtol 1e-9 leaves a wide margin and
+            # still sees ddof = 0 (a factor sqrt(2/3) here); atol 1e-12 for gaps of exactly 0
             for t, (g, e) in enumerate(zip(got[key], expected[key])):
                 assert_real(label, f"{key}[{t}]", g, e, rtol=1e-9, atol=1e-12)
         for key in ("final_gap_mean", "final_gap_std", "mean_gap"):
-            assert_real(label, key, got[key], expected[key], rtol=1e-9, atol=1e-12)
+            assert_real(label, key, got[key], expected[key], rtol=1e-9, atol=1e-12)  # as above
 
         for key in ("final_gap_mean", "final_gap_std", "mean_gap"):
             if type(got[key]) is not float:
@@ -118,7 +174,7 @@ def check_compute_non_iid_gap(fn: Callable[..., Any]) -> str:
         ("an empty history", BAD, "iid_history", fixed([], _history([0.5]))),
     ]
     count = run_torch_cases("compute_non_iid_gap", fn, ref.compute_non_iid_gap, cases, compare, invalid,
-                            count_only=True)
+                            compare_with_inputs=True, count_only=True)
     no_accuracy = _history([0.5, 0.6])
     del no_accuracy[1]["test_accuracy"]
     blamed = [  # each names iid_history itself, not only as part of "non_iid_history"
@@ -153,8 +209,12 @@ def _names_iid_history(fn: Callable[..., Any], label: str, *args: Any) -> None:
 
 
 # --- Lessons 25–26 ---------------------------------------------------------------------------------
-def _compare_sweep(keys: tuple[str, ...], per_value: tuple[str, ...]) -> Callable[[str, Any, dict], None]:
-    def compare(label: str, got: Any, expected: dict) -> None:
+def _compare_sweep(keys: tuple[str, ...], per_value: tuple[str, ...],
+                   cases: list) -> Callable[[str, Any, dict, Any], None]:
+    kept = inputs_kept(cases)
+
+    def compare(label: str, got: Any, expected: dict, inputs: Any) -> None:
+        kept(label, inputs)
         if not isinstance(got, dict):
             raise CheckFailure(f"[{label}] must return a record (a dict), got {type(got).__name__}")
         missing = sorted(set(expected) - set(got))
@@ -199,6 +259,9 @@ def _value(label: str, what: str, got: Any, want: Any) -> None:
         if type(got) is not float:
             raise CheckFailure(f"[{label}] {what} must be a plain Python float (the record is plain data), "
                                f"got {type(got).__name__}")
+        # accuracies (counts over n_test = 18) and their float64 means and spreads, from the same run_fedavg
+        # curves as the reference: only the summation order differs (~1e-16), and a float32 accuracy is within
+        # 6e-8 of the count over n; 1e-6 admits both, while one example is 1/18 and ddof = 0 a factor sqrt(2/3)
         assert_real(label, what, got, want, rtol=1e-6, atol=1e-6)
 
 
@@ -218,6 +281,7 @@ def check_rounds_to_target_vs_local_epochs(fn: Callable[..., Any]) -> str:
     invalid = [
         ("epochs_list = []", BAD, "epochs_list", fixed(TINY, [], 0.5)),
         ("epochs_list = [0]", BAD, "epochs_list", fixed(TINY, [0], 0.5)),
+        ("epochs_list = [1, 1] (a repeated value)", BAD, "epochs_list", fixed(TINY, [1, 1], 0.5)),
         ("target = 0", BAD, "target", fixed(TINY, [1], 0.0)),
         ("target = 1.5", BAD, "target", fixed(TINY, [1], 1.5)),
         ("seeds = []", BAD, "seeds", fixed(TINY, [1], 0.5, [])),
@@ -227,8 +291,9 @@ def check_rounds_to_target_vs_local_epochs(fn: Callable[..., Any]) -> str:
         ("target = True (a bool is not a real number here)", BAD, "target", fixed(TINY, [1], True)),
         ("target = NaN", BAD, "target", fixed(TINY, [1], float("nan"))),
     ]
-    return run_torch_cases("rounds_to_target_vs_local_epochs", fn, ref.rounds_to_target_vs_local_epochs, cases,
-                           _compare_sweep(keys, per_value), invalid)
+    with unseeded_global_rng():
+        return run_torch_cases("rounds_to_target_vs_local_epochs", fn, ref.rounds_to_target_vs_local_epochs,
+                               cases, _compare_sweep(keys, per_value, cases), invalid, compare_with_inputs=True)
 
 
 def check_accuracy_vs_client_fraction(fn: Callable[..., Any]) -> str:
@@ -252,6 +317,7 @@ def check_accuracy_vs_client_fraction(fn: Callable[..., Any]) -> str:
         ("fractions = [True] (a bool is not a real number here)", BAD, "fractions", fixed(TINY, [True])),
         ("fractions = [NaN]", BAD, "fractions", fixed(TINY, [float("nan")])),
     ]
-    return run_torch_cases("accuracy_vs_client_fraction", fn, ref.accuracy_vs_client_fraction, cases,
-                           _compare_sweep(keys, per_value), invalid)
+    with unseeded_global_rng():
+        return run_torch_cases("accuracy_vs_client_fraction", fn, ref.accuracy_vs_client_fraction, cases,
+                               _compare_sweep(keys, per_value, cases), invalid, compare_with_inputs=True)
 

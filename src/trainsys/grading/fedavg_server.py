@@ -8,8 +8,9 @@ training mode for evaluation; and tiny configs for the whole loop, fast enough f
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,45 @@ __all__ = [
     "check_run_fedavg",
 ]
 
+TE = (TypeError,)
+"""The contract says TypeError (an argument of the wrong type: a bool or a float for an integer, a seed for a
+generator, a tuple for a dataset, a dict for a model)."""
+VE = (ValueError,)
+"""The contract says ValueError (a legal type with an illegal value: a count below 1, a fraction outside (0, 1])."""
+
+CLAUSES = {
+    "select_clients": {
+        "mutation": ("num_clients=10, fraction=0.3:", "num_clients=7, fraction=1.0"),
+        "failure modes": ("num_clients = 0", "fraction = 0", "fraction = NaN", "rng = 42", "num_clients = True",
+                          "fraction = True", "rng = np.random.RandomState(0)", "num_clients = 2.5"),
+        "metric that proves it correct": ("num_clients=10, fraction=0.3:", "num_clients=9, fraction=0.25",
+                                          "num_clients=100, fraction=0.07", "num_clients=10, fraction=0.30000001:",
+                                          "num_clients=10, fraction=0.30000000001"),
+    },
+    "run_communication_round": {
+        "mutation": ("fraction=0.5, epochs=1, batch_size=3", "fraction=0.5, epochs=1, batch_size=5"),
+        "failure modes": ("epochs = 0: refused before", "momentum = 1: refused before", "partition[0] repeats an index",
+                          "partition = [] (no client)", "global_model is a dict",
+                          "dataset is a (features, labels) tuple"),
+        "metric that proves it correct": ("fraction=0.5, epochs=1, batch_size=3", "fraction=1.0, epochs=2",
+                                          "fraction=0.75, epochs=2", "fraction=1.0, epochs=1, batch_size=5"),
+    },
+    "evaluate_accuracy": {
+        "mutation": ("MLP on 40 examples", "BatchNorm model in eval mode", "a forward pass that raises",
+                     "a model holding gradients"),
+        "ties": ("all logits equal",),
+        "failure modes": ("dataset is a tuple", "model is a dict"),
+        "metric that proves it correct": ("MLP on 40 examples", "BatchNorm model left in training mode"),
+    },
+    "run_fedavg": {
+        "mutation": ("IID, dict config",),
+        "failure modes": ("config {'partition': 'random'}", "config {'colour': 1}"),
+        "metric that proves it correct": ("IID, dict config", "pathological non-IID shards",
+                                          "Dirichlet alpha=0.5, B = None", "shards, shards_per_client=3"),
+    },
+}
+"""The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
+
 DATA = ref_data.build_synthetic_dataset(40, 4, 3, 1)
 SIZES = [4, 7, 10, 19]
 PARTITION = [torch.sort(p).values for p in
@@ -59,8 +99,8 @@ def check_select_clients(fn: Callable[..., Any]) -> str:
     # C*K = 3.0000001 and 3.0000000001: rounded to 12 decimals they stay above 3, so m = 4 (not 3)
     setups = [(10, 0.3), (10, 0.05), (7, 1.0), (100, 0.07), (1, 0.5), (100, 0.01), (9, 0.25), (40, 0.1),
               (10, 0.30000001), (10, 0.30000000001)]
-    cases = [(f"num_clients={k}, fraction={c}", lambda k=k, c=c, i=i: ((k, c, np.random.default_rng(i)), {}))
-             for i, (k, c) in enumerate(setups)]
+    cases = [(f"num_clients={k}, fraction={c}: m = {ref.clients_per_round(k, c)}",
+              lambda k=k, c=c, i=i: ((k, c, np.random.default_rng(i)), {})) for i, (k, c) in enumerate(setups)]
 
     def reference(num_clients: Any, fraction: Any, rng: np.random.Generator) -> tuple[list, dict]:
         return ref.select_clients(num_clients, fraction, rng), rng.bit_generator.state
@@ -99,16 +139,19 @@ def check_select_clients(fn: Callable[..., Any]) -> str:
         raise CheckFailure(f"[{label}] clients were selected {hits.astype(int).tolist()} times; each should be "
                            "selected about 120 times (uniformly, from the generator, every round anew)")
     invalid = [
-        ("num_clients = 0", BAD, "num_clients", fixed(0, 0.5, np.random.default_rng(0))),
-        ("fraction = 0", BAD, "fraction", fixed(10, 0.0, np.random.default_rng(0))),
-        ("fraction = 1.5", BAD, "fraction", fixed(10, 1.5, np.random.default_rng(0))),
-        ("fraction = -0.1", BAD, "fraction", fixed(10, -0.1, np.random.default_rng(0))),
-        ("rng = 42", BAD, "rng", fixed(10, 0.5, 42)),
-        ("num_clients = True (a bool is not an integer here)", BAD, "num_clients",
+        ("num_clients = 0", VE, "num_clients", fixed(0, 0.5, np.random.default_rng(0))),
+        ("fraction = 0", VE, "fraction", fixed(10, 0.0, np.random.default_rng(0))),
+        ("fraction = 1.5", VE, "fraction", fixed(10, 1.5, np.random.default_rng(0))),
+        ("fraction = -0.1", VE, "fraction", fixed(10, -0.1, np.random.default_rng(0))),
+        ("fraction = NaN (outside (0, 1])", VE, "fraction", fixed(10, float("nan"), np.random.default_rng(0))),
+        ("rng = 42 (a seed rebuilt every round gives the same clients every round)", TE, "rng", fixed(10, 0.5, 42)),
+        ("num_clients = True (a bool is not an integer here)", TE, "num_clients",
          fixed(True, 0.5, np.random.default_rng(0))),
-        ("fraction = True (a bool is not a real number here)", BAD, "fraction",
+        ("num_clients = 2.5 (not an integer)", TE, "num_clients", fixed(2.5, 0.5, np.random.default_rng(0))),
+        ("fraction = True (a bool is not a real number here)", TE, "fraction",
          fixed(10, True, np.random.default_rng(0))),
-        ("rng = np.random.RandomState(0) (a legacy generator, not a numpy.random.Generator)", BAD, "rng",
+        ("fraction = '0.5' (a string is not a real number)", TE, "fraction", fixed(10, "0.5", np.random.default_rng(0))),
+        ("rng = np.random.RandomState(0) (a legacy generator, not a numpy.random.Generator)", TE, "rng",
          fixed(10, 0.5, np.random.RandomState(0))),
     ]
     count += 1 + run_torch_cases("select_clients", fn, ref.select_clients, [], None, invalid, count_only=True)
@@ -161,10 +204,15 @@ def check_run_communication_round(fn: Callable[..., Any]) -> str:
                                "(select_clients), then one seed per selected client, and nothing else")
         if not isinstance(info["client_losses"], list) or len(info["client_losses"]) != len(want["client_losses"]):
             raise CheckFailure(f"[{label}] client_losses must be a list with one loss per selected client")
+        # float32 training (eps = 1.2e-7): reordering a reduction changes each of the <= 2 x 7 local SGD steps by a
+        # few ulps, ~1e-6 relative after compounding (the red team's alternative is bit-identical here); rtol 1e-4
+        # is a 100x margin, while the smallest weighting mistake moves the weights by > 20 % and the loss visibly.
+        # atol 1e-6 covers entries and losses near 0, where a relative bound means nothing.
         for i, (l, w) in enumerate(zip(info["client_losses"], want["client_losses"])):
             assert_real(label, f"client_losses[{i}]", l, w, rtol=1e-4, atol=1e-6)
         _python_floats(label, "client_losses", info["client_losses"])
         _python_floats(label, "[train_loss]", [info["train_loss"]])
+        # the same float32 bound as the client losses above, for the weighted loss and the averaged weights
         assert_real(label, "train_loss", info["train_loss"], want["train_loss"], rtol=1e-4, atol=1e-6)
         assert_state(label, "the global model after the round", state, want_state, rtol=1e-4, atol=1e-6)
 
@@ -179,6 +227,16 @@ def check_run_communication_round(fn: Callable[..., Any]) -> str:
                          np.random.default_rng(0)), {})
 
     invalid = [
+        ("global_model is a dict (a state dict is not a module)", TE, "global_model",
+         lambda: (({"w": torch.ones(2)}, DATA, PARTITION, 0.5, 1, 3, 0.1, np.random.default_rng(0)), {})),
+        ("dataset is a (features, labels) tuple, not a LabelledDataset", TE, "dataset",
+         lambda: ((ref_model.build_mlp_classifier(4, 6, 3, 0), (DATA.features, DATA.labels), PARTITION, 0.5, 1, 3,
+                   0.1, np.random.default_rng(0)), {})),
+        ("partition = [] (no client)", BAD, "partition", bad(partition=[])),
+        ("partition[1] is empty", BAD, "partition",
+         bad(partition=[PARTITION[0], torch.tensor([], dtype=torch.int64), *PARTITION[2:]])),
+        ("partition[2] is a float tensor", BAD, "partition",
+         bad(partition=[PARTITION[0], PARTITION[1], PARTITION[2].float(), PARTITION[3]])),
         ("fraction = 0", BAD, "fraction", bad(fraction=0.0)),
         ("epochs = 0", BAD, "epochs", bad(epochs=0)),
         ("batch_size = 0", BAD, "batch_size", bad(batch_size=0)),
@@ -234,13 +292,15 @@ def check_evaluate_accuracy(fn: Callable[..., Any]) -> str:
     def compare(label: str, got: Any, expected: float) -> None:
         if isinstance(got, (torch.Tensor, bool, int, np.integer)):
             raise CheckFailure(f"[{label}] must return the accuracy as a float in [0, 1], got {got!r}")
-        # the exact count over n, or its float32 rounding (a float32 mean is within 2**-24 relative of it)
+        # the exact count over n, or its float32 rounding (a float32 mean is within 2**-24 relative of it; 2**-22
+        # leaves a factor 4), while one example more or less moves it by 1/n >= 1/40; atol 1e-12 only matters for
+        # an accuracy of exactly 0, where float32 and float64 agree exactly
         assert_real(label, "the accuracy", got, expected, rtol=2.0**-22, atol=1e-12)
 
     invalid = [
-        ("dataset is a tuple", BAD, "dataset", fixed(ref_model.build_mlp_classifier(4, 6, 3, 0),
-                                                      (DATA.features, DATA.labels))),
-        ("model is a dict", BAD, "model", fixed({"w": torch.ones(2)}, DATA)),
+        ("dataset is a tuple", TE, "dataset", fixed(ref_model.build_mlp_classifier(4, 6, 3, 0),
+                                                     (DATA.features, DATA.labels))),
+        ("model is a dict", TE, "model", fixed({"w": torch.ones(2)}, DATA)),
     ]
     count = run_torch_cases("evaluate_accuracy", fn, ref.evaluate_accuracy, cases, compare, invalid,
                             count_only=True)
@@ -255,16 +315,64 @@ def check_evaluate_accuracy(fn: Callable[..., Any]) -> str:
     if not all(training_flags(broken)):
         raise CheckFailure(f"[{label}] the model was left in eval mode: restore its mode in a finally block")
 
+    label = "a model holding gradients from a backward pass (its .grad is left as it was)"
+    model = ref_model.build_mlp_classifier(4, 6, 3, 6)
+    torch.nn.functional.cross_entropy(model(DATA.features), DATA.labels).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    guarded(fn, label, model, DATA)
+    if any(p.grad is None or not torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads)):
+        raise CheckFailure(f"[{label}] the parameters' .grad changed: measuring must not touch the gradients "
+                           "(no zero_grad, no backward)")
+
     label = "the forward pass runs without building an autograd graph (torch.no_grad or inference_mode)"
     model, grad_enabled = ref_model.build_mlp_classifier(4, 6, 3, 4), []
     model.register_forward_hook(lambda module, inputs, output: grad_enabled.append(torch.is_grad_enabled()))
     guarded(fn, label, model, DATA)
     if any(grad_enabled):  # the hook does not cross into the grading sandbox: there it records nothing
         raise CheckFailure(f"[{label}] the model ran with gradients enabled: wrap the forward in torch.no_grad()")
-    return passed("evaluate_accuracy", count + 2)
+    return passed("evaluate_accuracy", count + 3)
 
 
 # --- Lesson 20 -------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def unseeded_global_rng() -> Iterator[None]:
+    """Run a check with torch's global generator moved off every freshly seeded state, then restore it.
+
+    The harness fails a call that changes the global generator's state; but ``torch.manual_seed(s)`` changes
+    nothing when the generator already sits in that seed's initial state (the caller, or an earlier check,
+    seeded it with the same ``s``). A few draws after an unusual seed leave it in a state no
+    ``torch.manual_seed`` gives, so re-seeding always shows.
+    """
+    saved = torch.get_rng_state()
+    try:
+        torch.manual_seed(0x5EED_F0A7)
+        torch.rand(3)
+        yield
+    finally:
+        torch.set_rng_state(saved)
+
+
+def inputs_kept(cases: list[tuple[str, Callable[[], Any]]]) -> Callable[[str, Any], None]:
+    """``check(label, inputs)``: fail when the student's call changed its plain-data arguments (a config dict,
+    a list of numbers, a history) — the torch harness's snapshot sees keys added or removed and lengths
+    changed, but not a number or a string overwritten (``config["epochs"] = E``). Each case's factory
+    rebuilds the arguments as they were, to compare with."""
+    factories = dict(cases)
+
+    def check(label: str, inputs: Any) -> None:
+        before, _ = factories[label]()
+        for i, (was, now) in enumerate(zip(before, inputs[0])):
+            try:
+                same = bool(was == now)
+            except Exception:  # noqa: BLE001 - an incomparable value is a changed value
+                same = False
+            if not same:
+                raise CheckFailure(f"[{label}] the function modified its input argument {i + 1} in place (it was "
+                                   f"{str(was)[:160]}, it is now {str(now)[:160]}): work on a copy, the caller's "
+                                   "objects are read only")
+    return check
+
+
 def compare_records(label: str, got: Any, expected: dict, history_keys: tuple[str, ...]) -> None:
     """A run record against the reference's: config, seeds, every round's metrics, bytes; wall time > 0."""
     if not isinstance(got, dict):
@@ -275,6 +383,8 @@ def compare_records(label: str, got: Any, expected: dict, history_keys: tuple[st
     for key in ("kind", "config", "seeds", "bytes_communicated", "client_sizes"):
         if key in expected:
             assert_equal(label, key, got[key], expected[key])
+    # accuracies are counts over n_test <= 30 examples: one example is >= 1/30, a float32 rounding of the ratio
+    # <= 6e-8, so atol 1e-6 admits the rounding and nothing else (rtol 0: the values are in [0, 1])
     assert_real(label, "initial_test_accuracy", got["initial_test_accuracy"], expected["initial_test_accuracy"],
                 rtol=0, atol=1e-6)
     history = got["history"]
@@ -285,13 +395,15 @@ def compare_records(label: str, got: Any, expected: dict, history_keys: tuple[st
             raise CheckFailure(f"[{label}] history[{t}] must be a dict, got {type(h).__name__}")
         assert_equal(label, f"history[{t}]['round']", h.get("round"), w["round"])
         assert_real(label, f"history[{t}]['test_accuracy']", h.get("test_accuracy"), w["test_accuracy"],
-                    rtol=0, atol=1e-6)
+                    rtol=0, atol=1e-6)  # a count over n_test, as initial_test_accuracy above
+        # float32 losses after a few rounds of float32 SGD (eps = 1.2e-7): reordered reductions compound to ~1e-6
+        # relative; rtol 1e-4 is a 100x margin (atol 1e-6 for losses near 0)
         assert_real(label, f"history[{t}]['train_loss']", h.get("train_loss"), w["train_loss"],
                     rtol=1e-4, atol=1e-6)
         for key in history_keys:
             assert_equal(label, f"history[{t}][{key!r}]", h.get(key), w[key])
     assert_real(label, "final_test_accuracy", got["final_test_accuracy"], expected["final_test_accuracy"],
-                rtol=0, atol=1e-6)
+                rtol=0, atol=1e-6)  # a count over n_test, as initial_test_accuracy above
     wall = got["wall_time_s"]
     if isinstance(wall, bool) or not isinstance(wall, float) or not wall > 0:
         raise CheckFailure(f"[{label}] wall_time_s must be the run's duration in seconds (a float > 0), got {wall!r}")
@@ -309,8 +421,10 @@ def check_run_fedavg(fn: Callable[..., Any]) -> str:
     ]
     cases = [(label, fixed(config)) for label, config in configs]
     history_keys = ("selected", "local_steps", "bytes_up", "bytes_down")
+    kept = inputs_kept(cases)
 
-    def compare(label: str, got: Any, expected: dict) -> None:
+    def compare(label: str, got: Any, expected: dict, inputs: Any) -> None:
+        kept(label, inputs)
         compare_records(label, got, expected, history_keys)
 
     invalid = [(f"config {change}", BAD, name, fixed({**TINY, **change})) for name, change in [
@@ -318,4 +432,5 @@ def check_run_fedavg(fn: Callable[..., Any]) -> str:
         ("fraction", {"fraction": 0.0}), ("fraction", {"fraction": 1.5}), ("epochs", {"epochs": 0}),
         ("batch_size", {"batch_size": 0}), ("partition", {"partition": "random"}), ("colour", {"colour": 1}),
     ]]
-    return run_torch_cases("run_fedavg", fn, ref.run_fedavg, cases, compare, invalid)
+    with unseeded_global_rng():
+        return run_torch_cases("run_fedavg", fn, ref.run_fedavg, cases, compare, invalid, compare_with_inputs=True)

@@ -14,9 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from trainsys.grading._harness import fixed as _fixed, BAD, Args, CheckFailure, passed, peak_of_call, quiet, run_cases, against_fresh_inputs, assert_unchanged
+from trainsys.grading._harness import (
+    BAD,
+    Args,
+    CheckFailure,
+    against_fresh_inputs,
+    assert_peak_within,
+    assert_unchanged,
+    fixed as _fixed,
+    passed,
+    run_cases,
+)
 from trainsys.memtrain import memory as ref
-from trainsys.memtrain.measure import peak_memory_bytes
 
 __all__ = [
     "check_compute_param_memory_bytes",
@@ -63,15 +72,9 @@ def _allocates_nothing(fn: Callable[..., Any], reference: Callable[..., Any], la
     1 MiB of slack (allocator pages; the sandbox measures the process's resident set) is still far below
     ``size``, the bytes of the one array of the model's size that the case is built to expose.
     """
-    with quiet():
-        _, reference_peak = peak_memory_bytes(reference, *args)
-        _, peak = peak_of_call(fn, label, *args)
-    limit = 2 * reference_peak + 2**20
-    if peak > limit:
-        raise CheckFailure(f"[{label}] peak memory {peak / 2**20:.1f} MiB, expected at most {limit / 2**20:.1f} MiB "
-                           f"(the reference needs {reference_peak / 2**10:.1f} KiB): an array of the model's size "
-                           f"({size / 2**20:.0f} MiB) was allocated — the contract says nothing is; compute the "
-                           "bytes from the sizes and np.dtype(...).itemsize")
+    assert_peak_within(fn, label, reference, args, 2, 2**20,
+                       f"an array of the model's size ({size / 2**20:.0f} MiB) was allocated — the contract says "
+                       "nothing is; compute the bytes from the sizes and np.dtype(...).itemsize")
 
 
 def _number(label: str, what: str, got: Any, expected: float) -> None:

@@ -10,7 +10,6 @@ must be new arrays (``np.shares_memory`` with an input fails the case) and input
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import math
 import warnings
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from trainsys.grading._harness import (
+    assert_peak_within,
     fixed as _args,
     BAD,
     Args,
@@ -30,11 +30,8 @@ from trainsys.grading._harness import (
     assert_tuple,
     call,
     passed,
-    peak_of_call,
-    quiet,
     run_cases,
 )
-from trainsys.memtrain.measure import peak_memory_bytes
 from trainsys.memtrain import mixed_precision as ref
 from trainsys.memtrain.mlp import init_mlp_params, make_synthetic_regression_batch, mlp_forward
 
@@ -352,14 +349,8 @@ def check_has_non_finite_gradients(fn: Callable[..., Any]) -> str:
     # a concatenated copy of the gradients needs 16 MiB more. Limit: twice the reference plus 1 MiB.
     tree = {f"g{i}": np.full(2**19, 0.5 + i, np.float32) for i in range(8)}
     label = "memory: 8 finite float32 arrays of 2 MiB each"
-    with quiet():
-        _, reference = peak_memory_bytes(ref.has_non_finite_gradients, tree)
-        _, student = peak_of_call(fn, label, tree)
-    limit = 2 * reference + 2**20
-    if student > limit:
-        raise CheckFailure(f"[{label}] peak memory {student / 2**20:.2f} MiB, expected at most {limit / 2**20:.2f} MiB "
-                           f"(the reference needs {reference / 2**20:.2f} MiB): check one array at a time — never a "
-                           "concatenated copy of all the gradients")
+    assert_peak_within(fn, label, ref.has_non_finite_gradients, (tree,), 2, 2**20,
+                       "check one array at a time — never a concatenated copy of all the gradients")
     return passed("has_non_finite_gradients", count + 1)
 
 

@@ -8,7 +8,6 @@ the padding shows), and state shards whose length must be ``ceil(Ψ/N)``, not ``
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
