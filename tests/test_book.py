@@ -130,3 +130,164 @@ def test_reader_moves_the_explorer_and_the_numbers_change(browser_page) -> None:
     assert before != after, f"the total stayed {before} after moving the workers slider"
     page.screenshot(path=str(SCREENSHOTS / "explorer_moved.png"), full_page=True)
     assert not errors, errors
+
+
+# --- Every widget on every lesson page answers every control without a kernel ------------------------
+WIDGET_PAGES = {
+    "solutions/m1p2-gradient-accumulation/14_grad_accumulation_step.html": "accumulation_explorer",
+    "solutions/m1p3-activation-checkpointing/18_estimate_checkpointing_memory_savings.html": "checkpointing_explorer",
+    "solutions/m1p4-mixed-precision/24_mixed_precision_step.html": "precision_explorer",
+    "solutions/m1p5-data-parallel/28_ring_all_reduce_mean.html": None,
+    "solutions/m2p7-evaluation-communication/30_communication_savings.html": None,
+    "solutions/m3p6-experiments/25_rounds_to_target_vs_local_epochs.html": None,
+    "solutions/m3p6-experiments/26_accuracy_vs_client_fraction.html": None,
+}
+"""Lesson pages whose explorer keeps a frame per control combination; where the explorer is cheap to rebuild
+here (the name of its ``trainsys.widgets`` function), each frame shown is compared byte for byte with the
+one this process draws."""
+
+_FRAME = """async () => {
+  const img = document.querySelector('main img[class*="tsx-frame-"]');
+  if (!img) return null;
+  const bytes = new Uint8Array(await (await fetch(img.src)).arrayBuffer());
+  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
+  return {frame: Array.from(img.classList).find(c => c.startsWith('tsx-frame-')),
+          sha256: Array.from(digest).map(b => b.toString(16).padStart(2, '0')).join('')};
+}"""
+_POSITIONS = """() => Array.from(document.querySelectorAll('main .widget-hslider, main .widget-toggle-buttons')).map(c => {
+  const handle = c.querySelector('.noUi-handle');
+  if (handle) return Number(handle.getAttribute('aria-valuenow'));
+  return Array.from(c.querySelectorAll('button')).findIndex(b => b.classList.contains('mod-active')); })"""
+"""Where every control stands: a slider's position (a selection slider's index, an integer slider's value from
+0), the pressed toggle's index — the frame the page must show is the one at these positions."""
+
+
+def _kernel_frames(function: str) -> dict[str, str]:
+    """``{frame class: sha256 of its PNG}`` as this process draws them."""
+    import hashlib
+    import os
+
+    import ipywidgets
+
+    import trainsys.widgets as w
+
+    os.environ[w.FRAMES_ENV] = "all"
+    try:
+        box = getattr(w, function)()
+    finally:
+        del os.environ[w.FRAMES_ENV]
+
+    def leaves(widget):
+        return [widget] if isinstance(widget, ipywidgets.Image) else [x for c in widget.children for x in leaves(c)]
+
+    return {next(c for c in image._dom_classes if c.startswith("tsx-frame-")): hashlib.sha256(image.value).hexdigest()
+            for image in leaves(box.children[1])}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", list(WIDGET_PAGES), ids=[p.rsplit("/", 1)[1][:-5] for p in WIDGET_PAGES])
+def test_every_control_of_every_lesson_widget_changes_the_figure(browser_page, path: str) -> None:
+    from trainsys.widgets import frame_class
+
+    page, base, errors = browser_page
+    errors.clear()
+    page.goto(f"{base}/{path}", wait_until="networkidle")
+    page.wait_for_selector('main img[class*="tsx-frame-"]', timeout=30000)
+    expected = _kernel_frames(WIDGET_PAGES[path]) if WIDGET_PAGES[path] else None
+    seen: dict[str, str] = {}
+
+    def look() -> dict:
+        page.wait_for_timeout(150)
+        frame = page.evaluate(_FRAME)
+        assert frame is not None, f"{path}: no figure shown"
+        positions = page.evaluate(_POSITIONS)
+        assert frame["frame"] == frame_class(positions), \
+            f"{path}: the page shows frame {frame['frame']} while the controls stand at {positions}"
+        assert seen.setdefault(frame["frame"], frame["sha256"]) == frame["sha256"], f"{path}: two figures for one frame"
+        if expected is not None:
+            assert expected.get(frame["frame"]) == frame["sha256"], \
+                f"{path}: the page's figure {frame['frame']} differs from the one the kernel draws"
+        return frame
+
+    controls = page.locator("main .widget-hslider, main .widget-toggle-buttons")
+    assert controls.count() >= 1, f"{path}: no control found"
+    for i in range(controls.count()):
+        control = controls.nth(i)
+        handle = control.locator(".noUi-handle")
+        if handle.count():
+            handle.first.focus()
+            page.keyboard.press("Home")
+            previous = look()
+            while True:
+                before = page.evaluate(_POSITIONS)[i]
+                page.keyboard.press("ArrowRight")
+                now = look()
+                if page.evaluate(_POSITIONS)[i] == before:
+                    break  # the slider is at its end
+                assert now["sha256"] != previous["sha256"], f"{path}: moving control {i + 1} left the figure as it was"
+                previous = now
+        else:
+            buttons = control.locator("button")
+            previous = look()
+            for b in range(buttons.count()):
+                buttons.nth(b).click()
+                now = look()
+                if now["frame"] != previous["frame"]:
+                    assert now["sha256"] != previous["sha256"], f"{path}: a toggle left the figure as it was"
+                previous = now
+    assert len(seen) >= 2, f"{path}: only {len(seen)} figure(s) seen"
+    page.screenshot(path=str(SCREENSHOTS / f"widget_{Path(path).stem}.png"), full_page=False)
+    assert not errors, f"{path}: console errors {errors}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["solutions/m1p7-memory-and-full-loop/39_compare_memory.html", "book/memory_explorer.html"],
+                         ids=["lesson39", "explorer_page"])
+def test_every_control_of_the_memory_twin_changes_the_numbers_as_python_computes_them(browser_page, path: str) -> None:
+    from trainsys.memtrain.memory import explore_memory
+
+    page, base, errors = browser_page
+    errors.clear()
+    page.goto(f"{base}/{path}", wait_until="networkidle")
+    twin = page.locator("[data-trainsys-memory-explorer]")
+    assert twin.count() == 1, f"{path}: the JavaScript twin is not on the page"
+    inputs = twin.locator("input[data-control]")
+    assert inputs.count() == 8
+
+    def shown() -> tuple[dict, dict]:
+        state = page.evaluate("""() => Object.fromEntries(Array.from(document.querySelectorAll(
+            '[data-trainsys-memory-explorer] label')).map(l => [l.querySelector('input').name,
+            l.querySelector('.tsx-value').textContent]))""")
+        numbers = page.evaluate("""() => Object.fromEntries(Array.from(document.querySelectorAll(
+            '[data-trainsys-memory-explorer] [data-quantity]')).map(e => [e.dataset.quantity, e.textContent]))""")
+        return state, numbers
+
+    def fixed(x: float, digits: int) -> str:
+        """JavaScript's ``x.toFixed(digits)``: the exact binary value rounded, a tie going up (not to even)."""
+        from decimal import ROUND_HALF_UP, Decimal
+
+        return str(Decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+    def python(state: dict) -> dict:
+        c = {k: (v if k == "precision" else None if v == "off" else int(v)) for k, v in state.items()}
+        if c["segment_size"] is not None:
+            c["segment_size"] = min(c["segment_size"], c["depth"])
+        c["num_micro_batches"] = min(c["num_micro_batches"], -(-c["batch"] // c["num_workers"]))
+        r = explore_memory(c)
+        out = {k: f"{fixed(r[k] / 2**20, 2)} MiB" for k in ("parameters", "gradients", "optimizer_states",
+                                                             "activations", "total", "communication_bytes")}
+        out["recompute_fraction"] = f"{fixed(100 * r['recompute_fraction'], 1)} %"
+        return out
+
+    for i in range(8):
+        before_state, before = shown()
+        control = inputs.nth(i)
+        control.focus()
+        page.keyboard.press("ArrowRight" if control.input_value() != control.get_attribute("max") else "ArrowLeft")
+        page.wait_for_timeout(100)
+        state, numbers = shown()
+        name = control.get_attribute("name")
+        assert state[name] != before_state[name], f"{path}: control {name} did not move"
+        assert numbers != before, f"{path}: moving {name} changed none of the numbers"
+        assert numbers == python(state), f"{path}: after moving {name} the page shows {numbers}, Python {python(state)}"
+    assert not errors, f"{path}: console errors {errors}"

@@ -45,3 +45,26 @@ def test_javascript_and_python_agree_on_every_configuration() -> None:
             if got[key] != value:
                 mismatches.append(f"{config} {key}: JavaScript {got[key]!r}, Python {value!r}")
     assert not mismatches, "\n".join(mismatches[:10])
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is needed to run the JavaScript")
+def test_the_widget_and_its_twin_offer_the_same_controls() -> None:
+    """Lesson 39's widget (JupyterLab) and the page's twin (the book) have the same controls, options, labels
+    and starting values, so a reader of the book and a student in the lab explore the same space."""
+    import ipywidgets
+
+    from trainsys.widgets import memory_explorer
+
+    script = "process.stdout.write(JSON.stringify(require(process.argv[1]).CONTROLS));"
+    result = subprocess.run(["node", "-e", script, str(ROOT / "book/explorer/memory_explorer.js")],
+                            capture_output=True, text=True, timeout=60, check=True)
+    js = [(name, label, [("off" if o is None else o) for o in options], "off" if start is None else start)
+          for name, label, options, start in json.loads(result.stdout)]
+    box = memory_explorer()
+    dropdowns = [w for row in box.children[0].children for w in row.children]
+    assert all(isinstance(w, ipywidgets.Dropdown) for w in dropdowns)
+    python = [(label, [int(o) if isinstance(o, str) and o.isdigit() else o for o in w.options],
+               int(w.value) if isinstance(w.value, str) and w.value.isdigit() else w.value)
+              for label, w in ((w.description, w) for w in dropdowns)]
+    assert python == [(label, options, start) for _, label, options, start in js]
+    assert "data-trainsys-memory-explorer" in box._repr_mimebundle_()["text/html"]

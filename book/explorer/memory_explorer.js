@@ -125,7 +125,7 @@
   }
 
   var api = { optimizerMemoryBytes: optimizerMemoryBytes, activationTimeline: activationTimeline,
-              exploreMemory: exploreMemory, mount: mount };
+              exploreMemory: exploreMemory, mount: mount, CONTROLS: CONTROLS };
   if (typeof module !== "undefined" && module.exports) module.exports = api;
   root.TrainsysMemory = api;
   if (typeof document !== "undefined") {

@@ -9,6 +9,8 @@ redraws it.
 
 from __future__ import annotations
 
+import io
+import os
 from collections.abc import Callable, Mapping, Sequence
 
 import ipywidgets as widgets
@@ -27,8 +29,27 @@ __all__ = ["explorer", "accumulation_explorer", "checkpointing_explorer", "preci
            "fedavg_explorer", "memory_explorer", "transformer_memory_explorer"]
 
 
-def explorer(controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., Figure]) -> widgets.VBox:
-    """Controls above a figure; ``draw(**values)`` returns the figure for the current values."""
+FRAMES_ENV = "TRAINSYS_WIDGET_FRAMES"
+"""Set to ``all`` (the book's build does, ``book/_ext/widget_frames.py``) to draw every frame of every
+explorer when it is built, so that the static page answers every control without a kernel."""
+
+
+def _positions(name: str, control: widgets.ValueWidget) -> tuple[list, str]:
+    """The values ``control`` can take, in order, and the trait that holds the position among them."""
+    if isinstance(control, widgets.widget_selection._Selection):
+        return [value for _, value in control._options_full], "index"
+    if isinstance(control, widgets.IntSlider):
+        if control.min != 0 or control.step != 1:
+            raise ValueError(f"explorer control {name!r}: an IntSlider must run from 0 in steps of 1 (its value is the "
+                             f"frame index), got min={control.min}, step={control.step}")
+        return list(range(control.min, control.max + 1)), "value"
+    raise TypeError(f"explorer control {name!r}: expected a selection widget (SelectionSlider, Dropdown, ToggleButtons) "
+                    f"or an IntSlider from 0, got {type(control).__name__}")
+
+
+def _live(controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., Figure]) -> widgets.Output:
+    """An ``Output`` redrawn by the kernel whenever a control changes (for explorers with a JavaScript twin,
+    whose control combinations are too many to keep as frames)."""
     output = widgets.Output()
 
     def redraw(_change: object = None) -> None:
@@ -41,7 +62,84 @@ def explorer(controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., Fi
     for control in controls.values():
         control.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([widgets.HBox(list(controls.values())), output])
+    return output
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def frame_class(positions: Sequence[int]) -> str:
+    """The CSS class of the frame shown when the controls are at ``positions`` (each control's index among
+    its values): ``tsx-frame-2-0``. The browser tests read it to know which frame the page shows."""
+    return "tsx-frame-" + "-".join(str(k) for k in positions)
+
+
+def explorer(controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., Figure]) -> widgets.VBox:
+    """Controls above a figure; ``draw(**values)`` returns the figure for the current values.
+
+    The figure for each combination of control values is a *frame*: a PNG image in a tree of ``Stack``
+    widgets, one level per control, whose shown child is tied to the control by ``jslink``. The link runs
+    in the browser, so the page switches frames without a kernel — in JupyterLab and in the static book
+    alike. In a kernel a frame is drawn the first time its values are chosen; with the environment variable
+    ``TRAINSYS_WIDGET_FRAMES=all`` (set by the book's build) every frame is drawn up front and saved with
+    the page.
+    """
+    names = list(controls)
+    axes = [_positions(name, controls[name]) for name in names]
+    frames: dict[tuple[int, ...], widgets.Image] = {}
+
+    def tree(prefix: tuple[int, ...]) -> widgets.Widget:
+        level = len(prefix)
+        if level == len(names):
+            frames[prefix] = widgets.Image(format="png")
+            frames[prefix].add_class(frame_class(prefix))
+            return frames[prefix]
+        values, trait = axes[level]
+        stack = widgets.Stack([tree(prefix + (k,)) for k in range(len(values))],
+                              selected_index=values.index(controls[names[level]].value))
+        widgets.jslink((controls[names[level]], trait), (stack, "selected_index"))
+        return stack
+
+    def fill(key: tuple[int, ...]) -> None:
+        if not frames[key].value:
+            frames[key].value = _png(draw(**{name: axes[i][0][k] for i, (name, k) in enumerate(zip(names, key))}))
+
+    def current() -> tuple[int, ...]:
+        return tuple(axes[i][0].index(controls[name].value) for i, name in enumerate(names))
+
+    root = tree(())
+    for control in controls.values():
+        control.observe(lambda _change: fill(current()), names="value")
+    if os.environ.get(FRAMES_ENV) == "all":
+        for key in frames:
+            fill(key)
+    else:
+        fill(current())
+    return widgets.VBox([widgets.HBox(list(controls.values())), root])
+
+
+class TwinnedExplorer(widgets.VBox):
+    """An explorer with a JavaScript twin in the static book (``book/explorer/*.js``, tested to agree).
+
+    Its display carries the widget for JupyterLab and, as ``text/html``, the twin's mount point
+    (``<div data-trainsys-...-explorer>``) for the book, whose build prefers HTML to a widget view
+    (``nb_mime_priority_overrides`` in ``_config.yml``) and loads the twin's script on that page
+    (``book/_ext/offline_pages.py``). Only explorers whose every control combination cannot be kept as
+    frames are twinned.
+    """
+
+    def __init__(self, children: Sequence[widgets.Widget], marker: str) -> None:
+        super().__init__(children)
+        self._marker = marker
+
+    def _repr_mimebundle_(self, **kwargs: object) -> dict:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        bundle["text/html"] = f"<div {self._marker}></div>"
+        return bundle
 
 
 def _slider(description: str, options: Sequence[int], value: int) -> widgets.SelectionSlider:
@@ -157,9 +255,20 @@ def diloco_explorer(rounds_budget_steps: int = 200) -> widgets.VBox:
                      "num_workers": _slider("workers k", [1, 2, 4, 8], 4)}, draw)
 
 
-def fedavg_explorer(rounds: int = 15) -> widgets.VBox:
-    """Local epochs E and client fraction C → FedAvg's test-accuracy curve, IID and pathological non-IID."""
+def fedavg_explorer(rounds: int = 15, epochs: Sequence[int] = (1, 2, 5, 10),
+                    fractions: Sequence[float] = (0.025, 0.1, 0.2, 0.5, 1.0)) -> widgets.VBox:
+    """Local epochs E and client fraction C → FedAvg's test-accuracy curve, IID and pathological non-IID.
+
+    Every frame is two FedAvg runs, so a lesson explores the knob it is about and fixes the other one:
+    ``fedavg_explorer(fractions=[0.1])`` varies E only, ``fedavg_explorer(epochs=[1])`` varies C only. A knob
+    given one value has no control.
+    """
     from trainsys.fedavg.server import run_fedavg
+
+    epochs, fractions = list(epochs), list(fractions)
+    if not epochs or not fractions:
+        raise ValueError(f"epochs and fractions need at least one value each, got epochs={epochs}, "
+                         f"fractions={fractions}")
 
     def draw(epochs: int, fraction: float) -> Figure:
         fig, ax = plt.subplots(figsize=(7.5, 3.4))
@@ -173,8 +282,13 @@ def fedavg_explorer(rounds: int = 15) -> widgets.VBox:
         fig.tight_layout()
         return fig
 
-    return explorer({"epochs": _slider("local epochs E", [1, 2, 5, 10], 1),
-                     "fraction": _slider("client fraction C", [0.025, 0.1, 0.2, 0.5, 1.0], 0.1)}, draw)
+    controls = {}
+    if len(epochs) > 1:
+        controls["epochs"] = _slider("local epochs E", epochs, epochs[0])
+    if len(fractions) > 1:
+        controls["fraction"] = _slider("client fraction C", fractions, 0.1 if 0.1 in fractions else fractions[0])
+    fixed = {"epochs": epochs[0], "fraction": fractions[0]}
+    return explorer(controls, lambda **values: draw(**{**fixed, **values}))
 
 
 def memory_explorer() -> widgets.VBox:
@@ -212,18 +326,17 @@ def memory_explorer() -> widgets.VBox:
 
     controls = {
         "precision": pick("precision", ["fp32", "mixed"], "mixed"),
-        "num_workers": pick("workers", [1, 2, 4, 8, 16, 64], 4),
+        "num_workers": pick("workers N", [1, 2, 4, 8, 16, 64], 4),
         "zero_stage": pick("ZeRO stage", [0, 1, 2, 3], 1),
-        "num_micro_batches": pick("micro-batches", [1, 2, 4, 8, 16], 2),
-        "segment_size": pick("segment", ["off", "1", "2", "4", "8", "16"], "4"),
+        "num_micro_batches": pick("micro-batches M", [1, 2, 4, 8, 16], 2),
+        "segment_size": pick("checkpoint segment s", ["off", "1", "2", "3", "4", "6", "8", "12", "16"], "4"),
         "width": pick("width", [256, 512, 1024, 2048, 4096], 1024),
-        "depth": pick("depth", [4, 8, 16, 24, 32], 16),
+        "depth": pick("depth (layers)", [4, 8, 16, 24, 32], 16),
         "batch": pick("batch", [64, 256, 1024, 4096], 1024),
     }
-    box = explorer(controls, draw)
     rows = list(controls.values())
-    box.children = (widgets.VBox([widgets.HBox(rows[:4]), widgets.HBox(rows[4:])]), box.children[1])
-    return box
+    return TwinnedExplorer([widgets.VBox([widgets.HBox(rows[:4]), widgets.HBox(rows[4:])]), _live(controls, draw)],
+                           "data-trainsys-memory-explorer")
 
 
 def transformer_memory_explorer() -> widgets.VBox:
@@ -349,4 +462,5 @@ def transformer_memory_explorer() -> widgets.VBox:
         control.disabled = True
     redraw()
     s, a = list(setup.values()), list(arch.values())
-    return widgets.VBox([widgets.HBox(s[:5]), widgets.HBox(s[5:]), widgets.HBox(a[:5]), widgets.HBox(a[5:]), output])
+    return TwinnedExplorer([widgets.HBox(s[:5]), widgets.HBox(s[5:]), widgets.HBox(a[:5]), widgets.HBox(a[5:]), output],
+                           "data-trainsys-transformer-explorer")
