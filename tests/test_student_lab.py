@@ -229,7 +229,7 @@ def test_the_checkpoint_slider_redraws_the_figure(notebook) -> None:
     page, errors, work = notebook
     _solve(page, work)
     explorer = page.locator(".widget-vbox").filter(has=page.locator(".widget-slider")).last
-    figure = explorer.locator(".widget-output img")
+    figure = explorer.locator('img[class*="tsx-frame-"]')  # the frame the slider's position shows
     readout = explorer.locator(".widget-readout")
     figure.wait_for()
     explorer.scroll_into_view_if_needed()
@@ -238,7 +238,7 @@ def test_the_checkpoint_slider_redraws_the_figure(notebook) -> None:
     explorer.locator(".noUi-handle").focus()
     page.keyboard.press("ArrowRight")
     page.wait_for_function(
-        "([box, src]) => { const img = box.querySelector('.widget-output img');"
+        "([box, src]) => { const img = box.querySelector('img[class*=\"tsx-frame-\"]');"
         " return img !== null && img.complete && img.getAttribute('src') !== src; }",
         arg=[explorer.element_handle(), before_src], timeout=STEP_S)
     after_value = readout.inner_text()
