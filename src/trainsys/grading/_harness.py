@@ -152,7 +152,21 @@ def expect_raises_naming_any(
 
 
 def default_tolerance(dtype: np.dtype) -> tuple[float, float]:
-    """(rtol, atol) for comparing results computed in ``dtype`` by two correct implementations."""
+    """(rtol, atol) for comparing results computed in ``dtype`` by two correct implementations.
+
+    Derived from the dtype's unit roundoff u (``np.finfo(dtype).eps / 2``) and what two correct answers may
+    do differently: sum in another order. A reordered sum of k terms moves by at most about k·u of the
+    sum of magnitudes (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §4.2); the
+    checks' entries are sums of at most ~100 products of order-1 values.
+
+    - float16 (u = 4.9e-4): results are formed in float32 and rounded once, so two correct answers are at
+      most one float16 ulp apart — rtol 2e-3 (4u), atol 1e-3 for entries near zero.
+    - float32 (u = 6.0e-8): ~100 reordered terms → ~6e-6; rtol 2e-5 (≈ 335u) leaves a factor 3 for
+      cancellation, atol 1e-6 for entries that cancel to near zero.
+    - float64 (u = 1.1e-16): the same rule gives ~1e-13; rtol 1e-10 and atol 1e-12 are looser, and still
+      reject every mutant and witness (``make bench``); checks whose contracts state a tighter bound pass
+      their own tolerance.
+    """
     if dtype == np.float16:
         return 2e-3, 1e-3
     if dtype == np.float32:
