@@ -42,8 +42,8 @@ def _step_updating_params_in_place(params, X, Y, num_micro_batches, lr):
     return params, loss
 
 
-def _step_keeping_every_cache(params, X, Y, num_micro_batches, lr):
-    """One accumulator, but every micro-batch's activations are kept in a list until the step ends."""
+def _step(params, X, Y, num_micro_batches, lr, *, keep_caches=False):
+    """The reference's loop, written out so that one behaviour can be changed at a time."""
     n = X.shape[0]
     acc, loss_sum, kept = None, 0.0, []
     for X_i, Y_i in ref.split_into_micro_batches(X, Y, num_micro_batches):
@@ -52,25 +52,24 @@ def _step_keeping_every_cache(params, X, Y, num_micro_batches, lr):
         dY_hat *= dY_hat.dtype.type(X_i.shape[0])
         acc = ref.accumulate_gradients(acc, mlp_backward(params, cache, dY_hat))
         loss_sum += loss_i * X_i.shape[0]
-        kept.append(cache)
-    return sgd_step(params, ref.scale_accumulated_gradients(acc, 1.0 / n), lr), loss_sum / n
+        if keep_caches:
+            kept.append(cache)
+        del Y_hat, cache, dY_hat
+    grads = ref.scale_accumulated_gradients(acc, 1.0 / n)
+    return {k: params[k] - params[k].dtype.type(lr) * grads[k] for k in params}, loss_sum / n
+
+
+def _step_keeping_every_cache(params, X, Y, num_micro_batches, lr):
+    """One accumulator, but every micro-batch's activations are kept in a list until the step ends."""
+    ref.grad_accumulation_step(params, X, Y, num_micro_batches, lr)  # the contract's refusals
+    return _step(params, X, Y, num_micro_batches, lr, keep_caches=True)
 
 
 def _step_accepting_negative_lr(params, X, Y, num_micro_batches, lr):
     """Checks that lr is a finite real but not its sign: a negative lr climbs the loss."""
     if isinstance(lr, bool) or not np.isfinite(lr):
         raise TypeError(f"lr must be a finite real number, got {lr!r}")
-    n = X.shape[0]
-    acc, loss_sum = None, 0.0
-    for X_i, Y_i in ref.split_into_micro_batches(X, Y, num_micro_batches):
-        Y_hat, cache = mlp_forward(params, X_i)
-        loss_i, dY_hat = mse_loss_and_grad(Y_hat, Y_i)
-        dY_hat *= dY_hat.dtype.type(X_i.shape[0])
-        acc = ref.accumulate_gradients(acc, mlp_backward(params, cache, dY_hat))
-        loss_sum += loss_i * X_i.shape[0]
-        del Y_hat, cache, dY_hat
-    grads = ref.scale_accumulated_gradients(acc, 1.0 / n)
-    return {k: params[k] - params[k].dtype.type(lr) * grads[k] for k in params}, loss_sum / n
+    return _step(params, X, Y, num_micro_batches, lr)
 
 
 WITNESSES = {
