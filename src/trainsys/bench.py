@@ -135,8 +135,31 @@ def bench_book() -> None:
                         "--path-output", str(Path(tmp) / "out"), "--warningiserror", "--keep-going"],
                        cwd=REPO, check=True, capture_output=True)
         elapsed = time.perf_counter() - start
+        print(f"book build (fresh execution of {len(_lessons())} lessons): {elapsed:.1f} s")
+        for page, frames, png, size in _widget_frames(Path(tmp) / "out" / "_build" / "html"):
+            print(f"widget frames, {page}: {frames} frames, {png / 1024:.0f} KiB of PNG, page {size / 1024:.0f} KiB")
         shutil.rmtree(Path(tmp) / "out", ignore_errors=True)
-    print(f"book build (fresh execution of {len(_lessons())} lessons): {elapsed:.1f} s")
+
+
+def _widget_frames(html: Path) -> list[tuple[str, int, int, int]]:
+    """``(page, frames, PNG bytes, page bytes)`` of every built page that keeps explorer frames."""
+    import base64
+    import json
+    import re
+
+    rows = []
+    for page in sorted(html.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        state = re.search(r'<script type="application/vnd.jupyter.widget-state\+json">(.*?)</script>', text, re.S)
+        if state is None:
+            continue
+        models = json.loads(state.group(1))["state"].values()
+        frames = [m for m in models if m["model_name"] == "ImageModel"
+                  and any(c.startswith("tsx-frame-") for c in m["state"].get("_dom_classes", []))]
+        if frames:
+            png = sum(len(base64.b64decode(b["data"])) for m in frames for b in m.get("buffers", []))
+            rows.append((page.stem, len(frames), png, len(text.encode())))
+    return rows
 
 
 def bench_accumulation() -> None:
