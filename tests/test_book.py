@@ -291,3 +291,68 @@ def test_every_control_of_the_memory_twin_changes_the_numbers_as_python_computes
         assert numbers != before, f"{path}: moving {name} changed none of the numbers"
         assert numbers == python(state), f"{path}: after moving {name} the page shows {numbers}, Python {python(state)}"
     assert not errors, f"{path}: console errors {errors}"
+
+
+@pytest.mark.slow
+def test_every_setup_control_of_the_transformer_twin_changes_the_numbers_as_python_computes_them(browser_page) -> None:
+    """The transformer explorer's page, as a reader uses it: each preset and each setup control (sliders and
+    selects) changed in turn; the page's parameter count, per-component bytes and total must equal
+    ``trainsys.memtrain.transformer_memory``'s for the configuration the controls show."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    from trainsys.memtrain.transformer_memory import transformer_memory
+
+    page, base, errors = browser_page
+    errors.clear()
+    page.goto(f"{base}/book/transformer_explorer.html", wait_until="networkidle")
+    twin = page.locator("[data-trainsys-transformer-explorer]")
+    assert twin.count() == 1, "the transformer explorer is not on its page"
+
+    def fixed(x: float, digits: int) -> str:  # JavaScript's toFixed: exact binary value, ties up
+        return str(Decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+    def shown() -> tuple[dict, dict]:
+        state = page.evaluate("""() => {
+            const form = document.querySelector('[data-trainsys-transformer-explorer] .tsx-controls');
+            return Object.fromEntries(Array.from(form.querySelectorAll('[data-control]')).map(c => [c.dataset.control,
+              c.type === 'range' ? c.parentElement.querySelector('.tsx-value').textContent : c.value])); }""")
+        numbers = page.evaluate("""() => Object.fromEntries(Array.from(document.querySelectorAll(
+            '[data-trainsys-transformer-explorer] [data-quantity]')).map(e => [e.dataset.quantity, e.textContent]))""")
+        return state, numbers
+
+    def python(state: dict) -> dict:
+        c = {k: v if k in ("model", "precision", "recompute") else int(v) for k, v in state.items()}
+        r = transformer_memory(c)
+        out = {k: f"{fixed(r[k] / 1e9, 2)} GB" for k in ("parameters", "gradients", "optimizer_states", "activations",
+                                                          "total", "budget_bytes")}
+        n = r["num_parameters"]
+        out["num_parameters"] = f"{fixed(n / 1e9, 2)} B" if n >= 1e9 else f"{fixed(n / 1e6, 1)} M"
+        return out
+
+    def agrees(moved: str) -> None:
+        state, numbers = shown()
+        expected = python(state)
+        assert {k: numbers[k] for k in expected} == expected, f"after {moved}: page {numbers}, Python {expected}"
+
+    agrees("loading")
+    for preset in ("gpt2-small", "llama-3-70b", "llama-3-8b"):
+        page.select_option('[data-trainsys-transformer-explorer] select[data-control="model"]', preset)
+        agrees(f"choosing {preset}")
+    selects = twin.locator('.tsx-controls').first.locator('select[data-control]:not([data-control="model"])')
+    for i in range(selects.count()):
+        select = selects.nth(i)
+        options = select.locator("option").evaluate_all("os => os.map(o => o.value)")
+        before = shown()[1]
+        select.select_option(options[-1] if select.input_value() != options[-1] else options[0])
+        assert shown()[1] != before, f"changing {select.get_attribute('data-control')} changed none of the numbers"
+        agrees(f"changing {select.get_attribute('data-control')}")
+    sliders = twin.locator('.tsx-controls').first.locator('input[type="range"]')
+    for i in range(sliders.count()):
+        slider = sliders.nth(i)
+        before = shown()[1]
+        slider.focus()
+        page.keyboard.press("ArrowRight" if slider.input_value() != slider.get_attribute("max") else "ArrowLeft")
+        assert shown()[1] != before, f"moving {slider.get_attribute('data-control')} changed none of the numbers"
+        agrees(f"moving {slider.get_attribute('data-control')}")
+    page.screenshot(path=str(SCREENSHOTS / "transformer_explorer_moved.png"), full_page=True)
+    assert not errors, f"console errors {errors}"
