@@ -162,3 +162,69 @@ def test_lessons_stay_within_their_word_budget(path: Path) -> None:
     budget = WORD_BUDGET if path.parent.name.startswith(LEAN_PARTS) else UNREWRITTEN_CEILING
     words = lesson_words(path)
     assert words <= budget, f"{path.name}: {words} markdown words, the budget is {budget}"
+
+
+UTILITY_BUDGET = 700
+UTILITIES = ("04_relu_forward", "08_relu_backward", "13_scale_accumulated_gradients", "20_make_master_params",
+             "21_scale_loss", "31_init_adam_state", "02_relu", "07_init_adamw_state", "12_clone_params",
+             "13_scale_params", "14_subtract_params", "21_init_outer_optimizer", "11_clone_model_state",
+             "12_load_model_state", "13_zeros_like_state", "14_add_state_dicts", "15_scale_state_dict")
+"""Lessons whose function is a few lines once its inputs are checked: a shorter lesson for a smaller task."""
+UTILITY_PARTS = ()
+"""The parts whose utility lessons are already trimmed to the utility budget."""
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if p.stem in UTILITIES and p.parent.name.startswith(UTILITY_PARTS)]
+                         or [None], ids=lambda p: p.stem if p else "none")
+def test_utility_lessons_are_shorter(path: Path | None) -> None:
+    from trainsys.course import lesson_words
+
+    if path is None:
+        pytest.skip("no part's utilities trimmed yet")
+    words = lesson_words(path)
+    assert words <= UTILITY_BUDGET, f"{path.name}: {words} markdown words, a utility lesson's budget is {UTILITY_BUDGET}"
+
+
+def test_every_utility_named_is_one_lesson() -> None:
+    stems = [p.stem for p in SOURCES]
+    assert {name: stems.count(name) for name in UTILITIES} == {name: 1 for name in UTILITIES}
+
+
+def _graded_function(nb) -> str:
+    import ast
+
+    answer = next(c.source for c in nb.cells if _nbgrader(c).get("solution"))
+    return next(node.name for node in ast.parse(answer).body if isinstance(node, ast.FunctionDef))
+
+
+OWN_CHECKPOINT_PARTS = ()
+"""The parts whose Checkpoints already call the student's function through ``own_or_reference``."""
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if p.parent.name.startswith(OWN_CHECKPOINT_PARTS)] or [None],
+                         ids=lambda p: p.stem if p else "none")
+def test_checkpoint_runs_the_students_function(path: Path | None) -> None:
+    """The Checkpoint calls the function the student wrote, through ``trainsys.lesson.own_or_reference``
+    (which falls back to the package's only on ``NotImplementedError``), and never calls it bare (a stub
+    would stop the cell) nor rebinds its name."""
+    import ast
+
+    if path is None:
+        pytest.skip("no part converted yet")
+    nb = nbformat.read(path, as_version=4)
+    function = _graded_function(nb)
+    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
+                 and re.search(r"^## Checkpoint\s*$", c.source, flags=re.M))
+    code = "\n".join(c.source for c in nb.cells[start:] if c.cell_type == "code")
+    tree = ast.parse(code)
+    wrapped = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+               and node.func.id == "own_or_reference"]
+    assert any(node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == function for node in wrapped), (
+        f"{path.name}: the Checkpoint must run the student's {function} as own_or_reference({function}, <reference>)")
+    bare = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == function]
+    assert not bare, f"{path.name}: the Checkpoint calls {function} bare (lines {bare}); call the own_or_reference wrapper"
+    rebound = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == function
+               and isinstance(node.ctx, ast.Store)]
+    assert not rebound, f"{path.name}: the Checkpoint rebinds {function} (lines {rebound})"
+    assert "trainsys.lesson" in code, f"{path.name}: the Checkpoint must import own_or_reference from trainsys.lesson"
