@@ -170,23 +170,87 @@ def test_m1_30_buckets_reverse_order_caps_and_round_trip() -> None:
                                           np.concatenate([grads[k].ravel() for k in reverse]))
             for i, b in enumerate(buckets):
                 limit = cap if i or first is None else first
-                assert b["bytes"] == b["flat"].nbytes and (b["bytes"] <= limit or len(b["keys"]) == 1)
-                if i + 1 < len(buckets):  # closed only because the next array would not fit
-                    assert b["bytes"] + grads[buckets[i + 1]["keys"][0]].nbytes > limit
+                assert b["bytes"] == b["flat"].nbytes
+                assert b["bytes"] - grads[b["keys"][-1]].nbytes < limit  # open until its last tensor
+                if i + 1 < len(buckets):  # closed because it reached its limit
+                    assert b["bytes"] >= limit
             back = bk.unbucket_gradients(buckets, grads)
             assert list(back) == list(grads) and all(np.array_equal(back[k], grads[k]) for k in grads)
     counts = bk.collectives_per_step(grads, [1, 8, 32, 100, 256, 10_000])
     assert counts[0] == len(grads) and counts[-1] == 1 and counts == sorted(counts, reverse=True)
 
 
-def test_m1_30_ddp_defaults_and_torch_overshooting_rule() -> None:
+def _gpt2_small_shapes() -> list[tuple[int, ...]]:
+    """GPT-2 small's 148 parameter tensors in ``named_parameters`` order (Radford et al. 2019; d = 768)."""
+    d, shapes = 768, [(50257, 768), (1024, 768)]
+    for _ in range(12):
+        shapes += [(d,), (d,), (d, 3 * d), (3 * d,), (d, d), (d,), (d,), (d,), (d, 4 * d), (4 * d,), (4 * d, d), (d,)]
+    return shapes + [(d,), (d,)]
+
+
+BUCKET_LISTS = {  # parameter shapes in parameter order; gradients become ready in the reverse order
+    "MLP of mixed widths": [(784, 1024), (1024,), (1024, 4096), (4096,), (4096, 256), (256,), (256, 10), (10,)],
+    "GPT-2 small": _gpt2_small_shapes(),
+    "embedding larger than the cap": [(50257, 768), (768,), (768, 768), (768,)],
+    "tensor larger than the cap in the middle": [(256, 256), (256,), (8192, 1024), (1024,), (1024, 64), (64,)],
+}
+
+
+@pytest.mark.parametrize("name", BUCKET_LISTS)
+@pytest.mark.parametrize("first", [None, bk.DDP_FIRST_BUCKET_CAP_BYTES])
+@pytest.mark.parametrize("cap", [bk.DDP_BUCKET_CAP_BYTES, 4 * 2**20, 2**20 + 4])
+def test_m1_30_assign_buckets_equals_torchs_own_assignment(name: str, first: int | None, cap: int) -> None:
+    """The oracle: ``torch.distributed._compute_bucket_assignment_by_size``, the function DDP's Reducer uses to
+    (re)build its buckets, given the tensors in gradient-ready order and DDP's list of limits."""
+    ready = [torch.empty(shape, device="meta") for shape in BUCKET_LISTS[name][::-1]]  # sizes only, no memory
+    limits = [cap] if first is None else [first, cap]
+    theirs, _ = dist._compute_bucket_assignment_by_size(ready, limits, tensor_indices=list(range(len(ready))))
+    ours = bk.assign_buckets([t.numel() * 4 for t in ready], cap, first)
+    assert ours == theirs
+
+
+def test_m1_30_gpt2_small_at_ddps_defaults() -> None:
+    """The count the issue measured: 13 buckets for GPT-2 small at 25 MiB with a 1 MiB first bucket."""
+    sizes = [4 * math.prod(s) for s in _gpt2_small_shapes()[::-1]]
+    assert len(bk.assign_buckets(sizes, bk.DDP_BUCKET_CAP_BYTES, bk.DDP_FIRST_BUCKET_CAP_BYTES)) == 13
+
+
+def test_m1_30_ddp_defaults_and_the_closing_rule() -> None:
     assert bk.DDP_FIRST_BUCKET_CAP_BYTES == dist._DEFAULT_FIRST_BUCKET_BYTES
     assert bk.DDP_BUCKET_CAP_BYTES == 25 * 2**20
-    sizes = [1, 4, 2, 3, 3]  # float32 elements, already in reverse parameter order
+    sizes = [1, 4, 2, 3, 3]  # float32 elements, already in gradient-ready order
     torch_buckets, _ = dist._compute_bucket_assignment_by_size([torch.zeros(s) for s in sizes], [24])
-    assert torch_buckets == [[0, 1, 2], [3, 4]]  # torch closes a bucket after it reaches 24 bytes: 28 bytes
-    ours = bk.assign_buckets([4 * s for s in sizes], 24)
-    assert ours == [[0, 1], [2, 3], [4]] and all(sum(4 * sizes[i] for i in b) <= 24 for b in ours)
+    assert torch_buckets == [[0, 1, 2], [3, 4]]  # 28 bytes: the bucket closes once it reaches 24
+    assert bk.assign_buckets([4 * s for s in sizes], 24) == torch_buckets
+
+
+def _ddp_rebuilt_buckets(tmp_path) -> list[list[int]]:
+    """Buckets of a real ``DistributedDataParallel`` (gloo, one process) after it has rebuilt them."""
+    torch.manual_seed(0)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                                    torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        assert ddp._get_ddp_logging_data()["bucket_sizes"] == str(sum(p.numel() * 4 for p in model.parameters()))
+        for _ in range(10):  # DDP records its logging data at iteration 10
+            ddp(torch.randn(4, 512)).sum().backward()
+        logged = ddp._get_ddp_logging_data()
+    finally:
+        dist.destroy_process_group()
+    assert logged["has_rebuilt_buckets"] == 1
+    return [[int(i) for i in group.split()] for group in logged["rebuilt_per_bucket_param_indices"].split(",")]
+
+
+def test_m1_30_bucket_gradients_reproduces_a_real_ddp_rebuild(tmp_path) -> None:
+    """DDP's default (``find_unused_parameters=False``) starts with one bucket for every parameter, then
+    rebuilds in gradient-ready order; ``bucket_gradients`` at DDP's defaults gives the same buckets."""
+    rebuilt = _ddp_rebuilt_buckets(tmp_path)
+    shapes = {"W0": (512, 1024), "b0": (1024,), "W1": (1024, 1024), "b1": (1024,), "W2": (1024, 10), "b2": (10,)}
+    grads = {k: np.zeros(s, np.float32) for k, s in shapes.items()}
+    ours = bk.bucket_gradients(grads, bk.DDP_BUCKET_CAP_BYTES, bk.DDP_FIRST_BUCKET_CAP_BYTES)
+    index = {k: i for i, k in enumerate(shapes)}
+    assert [[index[k] for k in b["keys"]] for b in ours] == rebuilt == [[5, 4, 3, 2], [1, 0]]
 
 
 BAD = [

@@ -371,6 +371,23 @@ def _buckets_any_mapping_or_list(grads, bucket_cap_bytes, first_bucket_cap_bytes
     return ref_buckets.bucket_gradients(grads, bucket_cap_bytes, first_bucket_cap_bytes)
 
 
+def _buckets_oversized_alone(grads, bucket_cap_bytes, first_bucket_cap_bytes=None):
+    """Gives a gradient that reaches the cap on its own a bucket of its own, closing the open one first."""
+    sizes = [grads[k].nbytes for k in list(grads)[::-1]] if isinstance(grads, dict) else []
+    limits = iter([first_bucket_cap_bytes or bucket_cap_bytes] + [bucket_cap_bytes] * len(sizes))
+    buckets = ref_buckets.bucket_gradients(grads, bucket_cap_bytes, first_bucket_cap_bytes)
+    split, limit = [], next(limits)
+    for b in buckets:
+        keys = b["keys"]
+        if len(keys) > 1 and grads[keys[-1]].nbytes >= limit:
+            split += [keys[:-1], keys[-1:]]
+        else:
+            split.append(keys)
+        limit = next(limits)
+    return [{"keys": k, "flat": np.concatenate([grads[x].reshape(-1) for x in k]),
+             "bytes": int(sum(grads[x].nbytes for x in k))} for k in split]
+
+
 WITNESSES = {
     "shard_dataset_across_workers": {
         "remainder policy": [existing("shard_dataset_across_workers", "gives the whole remainder to the last worker"),
@@ -487,8 +504,10 @@ WITNESSES = {
     },
     "bucket_gradients": {
         "the filling rule": [existing("bucket_gradients", "ignores first_bucket_cap_bytes (contract"),
-                             existing("bucket_gradients", "closes a bucket when it would reach the cap"),
-                             existing("bucket_gradients", "keeps using the first cap")],
+                             existing("bucket_gradients", "closes a bucket before a gradient would exceed"),
+                             existing("bucket_gradients", "closes a bucket only once it passes the cap"),
+                             existing("bucket_gradients", "keeps using the first cap"),
+                             ("a gradient that reaches the cap alone gets its own bucket", _buckets_oversized_alone)],
         "a bucket": [existing("bucket_gradients", "bytes is np.int64"),
                      existing("bucket_gradients", "a one-key bucket's flat is a view"),
                      ("flat preallocated with np.zeros: float64", _buckets_float64_buffer),
@@ -506,6 +525,7 @@ WITNESSES = {
         ],
         "metric that proves it correct": [existing("bucket_gradients", "fills buckets in forward parameter order"),
                                           existing("bucket_gradients", "fills in forward order"),
-                                          existing("bucket_gradients", "closes when a bucket REACHES the cap")],
+                                          existing("bucket_gradients", "closes only when a bucket PASSES the cap"),
+                                          existing("bucket_gradients", "closes before a gradient would exceed the cap (contract")],
     },
 }

@@ -9,7 +9,7 @@ from trainsys.memtrain import buckets as ref
 REFERENCE = "trainsys.memtrain.buckets"
 
 
-def _buckets(order: str = "reverse", first_cap: bool = True, close_at_cap: bool = False):
+def _buckets(order: str = "reverse", first_cap: bool = True, close: str = "reached"):
     """Bucketing with one deliberate mistake; the defaults are the correct rule."""
 
     def wrong(grads, bucket_cap_bytes, first_bucket_cap_bytes=None):
@@ -20,13 +20,16 @@ def _buckets(order: str = "reverse", first_cap: bool = True, close_at_cap: bool 
         for key in keys:
             limit = first if not groups else bucket_cap_bytes
             size = grads[key].nbytes
-            full = filled + size >= limit if close_at_cap else filled + size > limit
-            if current and full:
+            if close == "before exceeding" and current and filled + size > limit:
                 groups.append(current)
                 current, filled = [], 0
             current.append(key)
             filled += size
-        groups.append(current)
+            if close == "reached" and filled >= limit or close == "passed" and filled > limit:
+                groups.append(current)
+                current, filled = [], 0
+        if current:
+            groups.append(current)
         out = []
         for group in groups:
             flat = np.concatenate([grads[k].reshape(-1) for k in group])
@@ -41,6 +44,8 @@ MUTANTS = {
         ("fills buckets in forward parameter order (DDP goes in reverse: last layers' gradients come first)",
          _buckets(order="forward")),
         ("ignores first_bucket_cap_bytes", _buckets(first_cap=False)),
-        ("closes a bucket when it would reach the cap (< instead of <=)", _buckets(close_at_cap=True)),
+        ("closes a bucket before a gradient would exceed the cap (keeps buckets under it; DDP adds, then closes)",
+         _buckets(close="before exceeding")),
+        ("closes a bucket only once it passes the cap (> instead of >=)", _buckets(close="passed")),
     ],
 }

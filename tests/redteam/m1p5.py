@@ -867,7 +867,7 @@ def _dpts_alt_manual_update(params, shards, lr):
 # ======================================================================================================
 
 def _bucket_core(grads, bucket_cap_bytes, first_bucket_cap_bytes=None, *, reverse=True, use_first=True,
-                 close_at_equal=False, accept_bool=False, accept_integral_float=False, check_dtype=True,
+                 close_before=False, close_only_past=False, accept_bool=False, accept_integral_float=False, check_dtype=True,
                  view_single=False, bytes_type=int, keys_type=list, first_cap_all_open=False,
                  validate_first=True):
     if not isinstance(grads, dict) or len(grads) == 0:
@@ -904,13 +904,16 @@ def _bucket_core(grads, bucket_cap_bytes, first_bucket_cap_bytes=None, *, revers
     for key in keys:
         size = grads[key].nbytes
         cap = C0 if (not groups or first_cap_all_open) else C
-        over = filled + size >= cap if close_at_equal else filled + size > cap
-        if current and over:
+        if close_before and current and filled + size > cap:  # the rule that keeps buckets under the cap
             groups.append(current)
             current, filled = [], 0
         current.append(key)
         filled += size
-    groups.append(current)
+        if not close_before and (filled > cap if close_only_past else filled >= cap):
+            groups.append(current)
+            current, filled = [], 0
+    if current:
+        groups.append(current)
     buckets = []
     for keys_b in groups:
         if view_single and len(keys_b) == 1 and grads[keys_b[0]].flags.c_contiguous:
@@ -929,8 +932,12 @@ def _bucket_ignores_first_cap(grads, bucket_cap_bytes, first_bucket_cap_bytes=No
     return _bucket_core(grads, bucket_cap_bytes, first_bucket_cap_bytes, use_first=False)
 
 
-def _bucket_closes_at_cap(grads, bucket_cap_bytes, first_bucket_cap_bytes=None):
-    return _bucket_core(grads, bucket_cap_bytes, first_bucket_cap_bytes, close_at_equal=True)
+def _bucket_closes_before_exceeding(grads, bucket_cap_bytes, first_bucket_cap_bytes=None):
+    return _bucket_core(grads, bucket_cap_bytes, first_bucket_cap_bytes, close_before=True)
+
+
+def _bucket_closes_only_past_cap(grads, bucket_cap_bytes, first_bucket_cap_bytes=None):
+    return _bucket_core(grads, bucket_cap_bytes, first_bucket_cap_bytes, close_only_past=True)
 
 
 def _bucket_accepts_bool_cap(grads, bucket_cap_bytes, first_bucket_cap_bytes=None):
@@ -983,13 +990,13 @@ def _bucket_alt_two_pass(grads, bucket_cap_bytes, first_bucket_cap_bytes=None):
     order = list(reversed(list(grads)))
     sizes = [grads[k].nbytes for k in order]
     caps = [bucket_cap_bytes if first_bucket_cap_bytes is None else first_bucket_cap_bytes]
-    starts, total, i = [0], 0, 0
+    starts, total = [0], 0
     for i, size in enumerate(sizes):
         cap = caps[0] if len(starts) == 1 else bucket_cap_bytes
-        if i > starts[-1] and total + size > cap:
-            starts.append(i)
-            total = 0
         total += size
+        if total >= cap and i + 1 < len(order):  # reached the limit: the next tensor starts a bucket
+            starts.append(i + 1)
+            total = 0
     starts.append(len(order))
     buckets = []
     for a, b in zip(starts[:-1], starts[1:]):
@@ -1108,8 +1115,10 @@ MUTANTS = {
         ("fills in forward order (contract: 'Walk the keys in reverse order')", _bucket_forward_order),
         ("ignores first_bucket_cap_bytes (contract: 'The open bucket uses C0 until it is closed')",
          _bucket_ignores_first_cap),
-        ("closes when a bucket REACHES the cap (contract: 'A bucket may hold exactly its cap')",
-         _bucket_closes_at_cap),
+        ("closes before a gradient would exceed the cap (contract: add the gradient, then close at >= cap)",
+         _bucket_closes_before_exceeding),
+        ("closes only when a bucket PASSES the cap (contract: a bucket that reaches its cap closes)",
+         _bucket_closes_only_past_cap),
         ("accepts bucket_cap_bytes=True (contract: 'an int (not a bool)')", _bucket_accepts_bool_cap),
         ("accepts an integral float cap such as 16.0 (contract: 'caps that are not integers (TypeError)')",
          _bucket_accepts_integral_float),

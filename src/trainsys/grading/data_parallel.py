@@ -2,8 +2,10 @@
 
 Uneven shards are in every check (10 examples on 3 or 4 workers), because that is where averaging the
 shards' means goes wrong; ring sizes are chosen so that ``N`` does not divide the element count (uneven
-chunks, and empty ones when there are fewer elements than workers), for ``N = 1 … 6``; bucket caps hit a
-bucket's size exactly, so that ``<`` instead of ``≤`` shows. A worker's peak memory (Lesson 26) is measured
+chunks, and empty ones when there are fewer elements than workers), for ``N = 1 … 6``; bucket caps are hit
+exactly (so that closing at ``>`` instead of ``≥`` shows), overshot by one gradient (so that closing before
+the cap would be exceeded shows), and reached by one large gradient after a small one (DDP puts both in one
+bucket). A worker's peak memory (Lesson 26) is measured
 against the reference's, with ``tracemalloc`` or, in the grading sandbox, by the operating system.
 """
 
@@ -92,13 +94,14 @@ CLAUSES = {
         "metric that proves it correct": ("n=10 on 3 workers", "n=12 on 3 workers", "n=10 on 4 workers, float64"),
     },
     "bucket_gradients": {
-        "the filling rule": ("4 arrays, cap 24 bytes", "4 arrays, first bucket 16 bytes, cap 32"),
+        "the filling rule": ("4 arrays, cap 24 bytes", "4 arrays, first bucket 16 bytes, cap 32",
+                             "4 arrays, cap 20 bytes", "a large gradient after a small one"),
         "a bucket": ("4 arrays, cap 24 bytes", "4 arrays, cap 4"),
         "mutation": ("4 arrays, cap 24 bytes", "4 arrays, cap 4"),
         "failure modes": ("bucket_cap_bytes = 2.5", "first_bucket_cap_bytes = 0", "grads = {}",
                           "grads a list of arrays", "bucket_cap_bytes = True", "bucket_cap_bytes = 16.0",
                           "grads of mixed dtypes"),
-        "metric that proves it correct": ("4 arrays, cap 24 bytes",),
+        "metric that proves it correct": ("4 arrays, cap 24 bytes", "4 arrays, cap 20 bytes"),
     },
 }
 """The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
@@ -445,7 +448,8 @@ def _tree(sizes: dict[str, tuple], seed: int, dtype: type = np.float32) -> dict[
 
 
 def check_bucket_gradients(fn: Callable[..., Any]) -> str:
-    """Reverse order, caps hit exactly, oversized parameters alone, a smaller first bucket."""
+    """Reverse order; caps reached exactly and overshot by the last gradient; a large gradient joining the open
+    bucket and closing it; a smaller first bucket."""
     four = {"a": (4,), "b": (2,), "c": (2,), "d": (2, 2)}  # float32 bytes 16, 8, 8, 16
     deep = {"W1": (3, 8), "b1": (8,), "W2": (8, 8), "b2": (8,), "W3": (8, 2), "b3": (2,)}
     mlp_grads = _params(7)
@@ -453,6 +457,9 @@ def check_bucket_gradients(fn: Callable[..., Any]) -> str:
         ("4 arrays, cap 24 bytes (buckets fill exactly)", _fixed(_tree(four, 1), 24)),
         ("4 arrays, cap 1000 (one bucket)", _fixed(_tree(four, 2), 1000)),
         ("4 arrays, cap 4 (every array larger than the cap)", _fixed(_tree(four, 3), 4)),
+        ("4 arrays, cap 20 bytes (16 + 8 = 24 bytes: the bucket overshoots, then closes)", _fixed(_tree(four, 8), 20)),
+        ("a large gradient after a small one (8 + 64 bytes share a bucket of cap 32)",
+         _fixed(_tree({"s0": (2,), "big": (16,), "s1": (2,)}, 10), 32)),
         ("4 arrays, first bucket 16 bytes, cap 32", _fixed(_tree(four, 4), 32, 16)),
         ("MLP gradients, cap 64 bytes", _fixed(mlp_grads, 64)),
         ("6 float64 arrays, cap 512, first bucket 150",
@@ -467,7 +474,7 @@ def check_bucket_gradients(fn: Callable[..., Any]) -> str:
         want_keys = [b["keys"] for b in expected]
         if got_keys != want_keys:
             raise CheckFailure(f"[{label}] buckets hold the keys {got_keys}, expected {want_keys} (reverse parameter "
-                               "order; a bucket closes before the next array would exceed its cap)")
+                               "order; add each gradient, then close the bucket once its bytes reach its cap)")
         for i, (g, e) in enumerate(zip(got, expected)):
             if set(g) != set(ref_buckets.BUCKET_KEYS):
                 raise CheckFailure(f"[{label}] bucket {i} must have exactly the keys {list(ref_buckets.BUCKET_KEYS)}")

@@ -15,12 +15,15 @@ for ``B`` buckets of ``S`` bytes in all at bandwidth :math:`\beta`: larger caps 
 a later start. DDP's defaults: ``bucket_cap_mb = 25`` and a first bucket of 1 MiB (``reducer.hpp``:
 ``kDefaultBucketBytesCap``, ``kDefaultFirstBucketBytes``).
 
-The course's filling rule: walk the parameters in reverse order and add each to the open bucket unless
-that would make it exceed its cap (``bytes + p.nbytes > cap``), in which case the open bucket is closed
-first; a parameter larger than the cap so gets a bucket of its own. The first bucket's cap is
-``first_bucket_cap_bytes`` (if given), every later one ``bucket_cap_bytes``. (Torch's
-``_compute_bucket_assignment_by_size`` differs in one detail: it adds the tensor first and closes the
-bucket once it *reaches* the cap, so its buckets may overshoot by one tensor.)
+The filling rule is DDP's own (``torch.distributed._compute_bucket_assignment_by_size``, tested against
+it in ``tests/test_m1p5_data_parallel.py``): walk the gradients in the order they become ready, **add**
+each to the open bucket, and **close** the bucket as soon as its bytes reach or pass its limit
+(``bytes >= limit``); the first bucket's limit is ``first_bucket_cap_bytes`` (if given), every later one
+``bucket_cap_bytes``. A bucket may so overshoot its limit by its last tensor, and a tensor larger than
+the limit closes the bucket it joins. With ``find_unused_parameters=False`` (the default) DDP starts with
+a single bucket for all parameters and, after the first iteration, rebuilds its buckets by this rule in
+the order the gradients became ready — for a sequential model the reverse of the parameter order, which
+is the order :func:`bucket_gradients` uses.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def _caps(bucket_cap_bytes: object, first_bucket_cap_bytes: object) -> tuple[int
 
 def assign_buckets(sizes_bytes: Sequence[int], bucket_cap_bytes: int, first_bucket_cap_bytes: int | None = None
                    ) -> list[list[int]]:
-    """Group items of the given byte sizes, **in the order given**, into buckets by the module's rule.
+    """Group items of the given byte sizes, **in the order given**, into buckets by DDP's rule.
 
     Returns a list of buckets, each a list of item indices; every index appears once, in order.
     """
@@ -59,12 +62,11 @@ def assign_buckets(sizes_bytes: Sequence[int], bucket_cap_bytes: int, first_buck
     current: list[int] = []
     filled = 0
     for i, size in enumerate(sizes_bytes):
-        limit = first if not buckets else cap  # the open bucket is the first until one is closed
-        if current and filled + size > limit:
-            buckets.append(current)
-            current, filled = [], 0
         current.append(i)
         filled += size
+        if filled >= (first if not buckets else cap):  # the open bucket is the first until one is closed
+            buckets.append(current)
+            current, filled = [], 0
     if current:
         buckets.append(current)
     return buckets
