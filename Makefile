@@ -59,7 +59,9 @@ sandbox:
 test: setup vendor browser sandbox
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax tests solutions
 
+# Lesson headers (XP, estimated time) and the part, module and introduction totals, then the student release.
 release: setup
+	$(BIN)/python -m trainsys.syllabus
 	@for a in $(ASSIGNMENTS); do \
 	  rm -rf notebooks/$$a; \
 	  $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; \

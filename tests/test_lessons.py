@@ -228,3 +228,23 @@ def test_checkpoint_runs_the_students_function(path: Path | None) -> None:
                and isinstance(node.ctx, ast.Store)]
     assert not rebound, f"{path.name}: the Checkpoint rebinds {function} (lines {rebound})"
     assert "trainsys.lesson" in code, f"{path.name}: the Checkpoint must import own_or_reference from trainsys.lesson"
+
+
+def test_syllabus_headers_and_totals_are_current() -> None:
+    """Every lesson's header shows its XP and estimated time, and the part, module and introduction pages
+    their totals, as ``python -m trainsys.syllabus`` computes them from the lessons."""
+    from trainsys import syllabus
+
+    stale = [str(path.relative_to(ROOT)) for path, text in syllabus.plan(ROOT).items() if path.read_text() != text]
+    assert not stale, f"out of date (run python -m trainsys.syllabus, then make release): {stale}"
+
+
+def test_the_time_estimate() -> None:
+    from trainsys.syllabus import answer_lines, estimate_minutes
+
+    assert estimate_minutes(words=1500, lines=10) == 25  # 10 reading + 10 writing + 5 running
+    assert estimate_minutes(words=1, lines=0) == 10 and estimate_minutes(words=0, lines=0) == 5
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "def f(x):\n    ### BEGIN SOLUTION\n    # a comment\n\n    y = x\n    return y\n    ### END SOLUTION",
+        metadata={"nbgrader": {"solution": True}})])
+    assert answer_lines(nb) == 2

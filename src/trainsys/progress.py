@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -29,9 +28,7 @@ import nbformat
 from tqdm import tqdm
 
 from trainsys.course import REPO
-
-XP_PER_LESSON = 5
-HEADER = re.compile(r"\*Module (\d+) — (.+?) · Part (\d+) — (.+?) · (\d+) points?")
+from trainsys.syllabus import HEADER, XP_PER_LESSON
 
 
 @dataclass
