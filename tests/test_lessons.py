@@ -248,3 +248,28 @@ def test_the_time_estimate() -> None:
         "def f(x):\n    ### BEGIN SOLUTION\n    # a comment\n\n    y = x\n    return y\n    ### END SOLUTION",
         metadata={"nbgrader": {"solution": True}})])
     assert answer_lines(nb) == 2
+
+
+# The developers' notes live beside the repository, not in it: nothing a student, instructor or reader
+# gets may point at them.
+NOTES = re.compile(r"\.\./shared|\b(?:FACTS|DESIGN|COURSE|STYLE|TOOLING)\.md\b")
+FILE_NAME = re.compile(r"(?<![\w/:.-])(?:\.{0,2}/)?[\w-]+(?:/[\w.-]+)*\.(?:md|ipynb|py|txt|yml|json|csv)\b")
+SHIPPED = [*SOURCES, *sorted(ROOT.glob("book/**/*.md")), *sorted(ROOT.glob("src/**/*.py")), ROOT / "README.md",
+           ROOT / "Makefile", ROOT / "requirements.txt", ROOT / "_config.yml", ROOT / "_toc.yml"]
+SHIPPED = [p for p in SHIPPED if not {"node_modules", "vendor"} & set(p.relative_to(ROOT).parts)]
+
+
+def test_nothing_points_at_files_outside_the_repository() -> None:
+    inside = {p.name for p in ROOT.rglob("*") if not {".venv", "node_modules", ".git", "_build"} & set(p.parts)}
+    inside |= {"progress.json", "summary.csv", "grades.csv", "result.json"}  # what make progress, make grade and
+    # the torchrun commands write
+    found = []
+    for path in SHIPPED:
+        text = path.read_text()
+        if path.suffix == ".ipynb":  # lessons: their markdown, the prose a student reads
+            text = "\n".join(c.source for c in nbformat.reads(text, as_version=4).cells if c.cell_type == "markdown")
+        found += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in NOTES.finditer(text)]
+        if path.suffix in (".ipynb", ".md"):
+            found += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in FILE_NAME.finditer(text)
+                      if Path(m.group(0)).name not in inside and "://" not in text[max(0, m.start() - 40):m.start()]]
+    assert not found, f"references to files that are not in the repository: {found}"
