@@ -252,7 +252,7 @@ def diloco_explorer(rounds_budget_steps: int = 200) -> widgets.VBox:
         return fig
 
     return explorer({"inner_steps": _slider("inner steps H", [1, 5, 10, 25, 50, 100], 25),
-                     "num_workers": _slider("workers k", [1, 2, 4, 8], 4)}, draw)
+                     "num_workers": _slider("workers N", [1, 2, 4, 8], 4)}, draw)
 
 
 def fedavg_explorer(rounds: int = 15, epochs: Sequence[int] = (1, 2, 5, 10),
