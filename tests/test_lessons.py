@@ -149,19 +149,6 @@ def test_no_prose_paragraph_is_shared_between_lessons() -> None:
 WORD_BUDGET = 1000
 """Markdown words a lesson may take (``trainsys.course.lesson_words``): the derivation with shapes, the
 contract, a hand-computed test, the mistakes, the checkpoint — then stop."""
-LEAN_PARTS = ("m1p1", "m1p2", "m1p3", "m1p4", "m1p5", "m1p6", "m1p7", "m2p1", "m2p2", "m2p3", "m2p4", "m2p5", "m2p6",
-              "m2p7", "m3p1", "m3p2", "m3p3", "m3p4")
-"""The parts already rewritten to the budget; the others are held below their present length until they are."""
-UNREWRITTEN_CEILING = 2600
-
-
-@pytest.mark.parametrize("path", SOURCES, ids=[p.stem for p in SOURCES])
-def test_lessons_stay_within_their_word_budget(path: Path) -> None:
-    from trainsys.course import lesson_words
-
-    budget = WORD_BUDGET if path.parent.name.startswith(LEAN_PARTS) else UNREWRITTEN_CEILING
-    words = lesson_words(path)
-    assert words <= budget, f"{path.name}: {words} markdown words, the budget is {budget}"
 
 
 UTILITY_BUDGET = 700
@@ -170,19 +157,22 @@ UTILITIES = ("04_relu_forward", "08_relu_backward", "13_scale_accumulated_gradie
              "13_scale_params", "14_subtract_params", "21_init_outer_optimizer", "11_clone_model_state",
              "12_load_model_state", "13_zeros_like_state", "14_add_state_dicts", "15_scale_state_dict")
 """Lessons whose function is a few lines once its inputs are checked: a shorter lesson for a smaller task."""
-UTILITY_PARTS = ()
-"""The parts whose utility lessons are already trimmed to the utility budget."""
 
 
-@pytest.mark.parametrize("path", [p for p in SOURCES if p.stem in UTILITIES and p.parent.name.startswith(UTILITY_PARTS)]
-                         or [None], ids=lambda p: p.stem if p else "none")
-def test_utility_lessons_are_shorter(path: Path | None) -> None:
+@pytest.mark.parametrize("path", SOURCES, ids=[p.stem for p in SOURCES])
+def test_lessons_stay_within_their_word_budget(path: Path) -> None:
     from trainsys.course import lesson_words
 
-    if path is None:
-        pytest.skip("no part's utilities trimmed yet")
+    budget = UTILITY_BUDGET if path.stem in UTILITIES else WORD_BUDGET
     words = lesson_words(path)
-    assert words <= UTILITY_BUDGET, f"{path.name}: {words} markdown words, a utility lesson's budget is {UTILITY_BUDGET}"
+    assert words <= budget, f"{path.name}: {words} markdown words, the budget is {budget}"
+
+
+def test_the_course_as_a_whole_stays_lean() -> None:
+    from trainsys.course import lesson_words
+
+    words = sorted(lesson_words(p) for p in SOURCES)
+    assert sum(words) <= 100_000 and words[len(words) // 2] <= WORD_BUDGET, (sum(words), words[len(words) // 2])
 
 
 def test_every_utility_named_is_one_lesson() -> None:
@@ -197,20 +187,13 @@ def _graded_function(nb) -> str:
     return next(node.name for node in ast.parse(answer).body if isinstance(node, ast.FunctionDef))
 
 
-OWN_CHECKPOINT_PARTS = ()
-"""The parts whose Checkpoints already call the student's function through ``own_or_reference``."""
-
-
-@pytest.mark.parametrize("path", [p for p in SOURCES if p.parent.name.startswith(OWN_CHECKPOINT_PARTS)] or [None],
-                         ids=lambda p: p.stem if p else "none")
-def test_checkpoint_runs_the_students_function(path: Path | None) -> None:
+@pytest.mark.parametrize("path", SOURCES, ids=[p.stem for p in SOURCES])
+def test_checkpoint_runs_the_students_function(path: Path) -> None:
     """The Checkpoint calls the function the student wrote, through ``trainsys.lesson.own_or_reference``
     (which falls back to the package's only on ``NotImplementedError``), and never calls it bare (a stub
     would stop the cell) nor rebinds its name."""
     import ast
 
-    if path is None:
-        pytest.skip("no part converted yet")
     nb = nbformat.read(path, as_version=4)
     function = _graded_function(nb)
     start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"

@@ -89,6 +89,7 @@ def solved_answers(course: Path, assignment: str) -> dict[str, dict[str, str]]:
 
 def lesson_words(notebook: Path) -> int:
     """A lesson's length as a reader meets it: the whitespace-separated words of its markdown cells
-    (mathematics included, code cells not)."""
-    nb = nbformat.read(notebook, as_version=4)
-    return sum(len(cell.source.split()) for cell in nb.cells if cell.cell_type == "markdown")
+    (mathematics included, code cells and the header line with XP and time not)."""
+    from trainsys.syllabus import markdown_words
+
+    return markdown_words(nbformat.read(notebook, as_version=4))

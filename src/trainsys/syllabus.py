@@ -50,8 +50,9 @@ class Lesson:
 
 
 def markdown_words(nb: nbformat.NotebookNode) -> int:
-    """The whitespace-separated words of a notebook's markdown cells (mathematics included)."""
-    return sum(len(cell.source.split()) for cell in nb.cells if cell.cell_type == "markdown")
+    """The whitespace-separated words of a notebook's markdown cells (mathematics included), without the
+    header line (a label, not prose; so its number of words never depends on the estimate it shows)."""
+    return sum(len(HEADER.sub("", cell.source).split()) for cell in nb.cells if cell.cell_type == "markdown")
 
 
 def answer_lines(nb: nbformat.NotebookNode) -> int:
@@ -82,8 +83,6 @@ def with_header(nb: nbformat.NotebookNode, where: str) -> tuple[nbformat.Noteboo
     if match is None:
         raise ValueError(f"{where}: the first cell has no '*Module M — … · Part P — … · …*' header line")
     module, module_title, part, part_title = int(match[1]), match[2], int(match[3]), match[4]
-    # The estimate counts the header's own words; their number does not depend on the minutes.
-    first.source = HEADER.sub(header_line(module, module_title, part, part_title, 0), first.source, count=1)
     minutes = estimate_minutes(markdown_words(nb), answer_lines(nb))
     first.source = HEADER.sub(header_line(module, module_title, part, part_title, minutes), first.source, count=1)
     return nb, Lesson(Path(where), module, module_title, part, part_title, minutes)
