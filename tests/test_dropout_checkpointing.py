@@ -13,19 +13,16 @@ from trainsys.memtrain import checkpointing as ck
 from trainsys.memtrain import dropout_checkpointing as dc
 from trainsys.memtrain.measure import peak_memory_bytes
 
+from tests.test_m1p3_checkpointing import _net as checkpointing_net
+
 WIDTHS = [5, 12, 11, 12, 10, 12, 3]  # L = 6 layers, 5 dropout masks
 SEED = 7
 
 
 def _net(widths, n=9, seed=0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    params = ck.init_deep_mlp_params(widths, rng)
-    for layer in params:
-        layer["b"] = (rng.standard_normal(layer["b"].shape) * 0.1).astype(np.float32)
-    params = [{k: v.astype(dtype) for k, v in layer.items()} for layer in params]
-    X = rng.standard_normal((n, widths[0])).astype(dtype)
-    dY = rng.standard_normal((n, widths[-1])).astype(dtype)
-    return params, X, dY
+    """Part 3's test network (non-zero biases), and an upstream gradient for it."""
+    params, X = checkpointing_net(widths, n=n, seed=seed, dtype=dtype)
+    return params, X, np.random.default_rng([seed, 1]).standard_normal((n, widths[-1])).astype(dtype)
 
 
 def _plain(params, X, dY, p, seed=SEED):
