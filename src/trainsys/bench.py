@@ -243,6 +243,29 @@ def bench_mixed_precision() -> None:
           f"gap {100 * (final16 - final32) / final32:+.2f}%, skipped steps {skipped}, final scale {scaler['scale']:g}")
 
 
+def bench_formats() -> None:
+    """Low-precision formats: final-loss gap vs float32 for bfloat16, float16 with loss scaling, FP8 with and without delayed scaling."""
+    from trainsys.memtrain import formats as fm
+
+    steps, seeds = 500, (0, 1, 2)
+    base = {seed: fm.train_in_format("float32", "none", steps, seed) for seed in seeds}
+    config = base[0]["config"]
+    print(f"formats, {steps} gradient-descent steps, n={config['n']}, {config['d_in']}->{config['d_hidden']}->"
+          f"{config['d_out']}, lr {config['lr']}, seeds {list(seeds)}: float32 final loss "
+          + ", ".join(f"{base[s]['final_loss']:.5f}" for s in seeds))
+    for label, fmt, scaling, grad_fmt in (("bfloat16, no scaling", "bfloat16", "none", None),
+                                          (f"float16, static loss scale {config['loss_scale']:g}", "float16", "loss", None),
+                                          ("float8_e4m3fn, no scaling", "float8_e4m3fn", "none", None),
+                                          ("float8_e4m3fn, delayed scaling", "float8_e4m3fn", "delayed", None),
+                                          ("e4m3 forward / e5m2 gradients, delayed", "float8_e4m3fn", "delayed", "float8_e5m2")):
+        runs = {seed: fm.train_in_format(fmt, scaling, steps, seed, grad_fmt=grad_fmt) for seed in seeds}
+        gaps = [100 * fm.loss_gap(runs[s], base[s]) for s in seeds]
+        flushed = [100 * runs[s]["gradient_flush_fraction"] for s in seeds]
+        print(f"  {label}: loss gap vs float32 " + ", ".join(f"{g:+.2f}%" for g in gaps)
+              + "; gradient entries flushed to 0: " + ", ".join(f"{f:.1f}%" for f in flushed)
+              + f"; non-finite steps {sum(runs[s]['non_finite_steps'] for s in seeds)}")
+
+
 def bench_grading() -> None:
     """Class grading throughput: the same 8-student class graded with --jobs 1 and 2, with and without the sandbox."""
     sys.path.insert(0, str(REPO))
@@ -397,6 +420,7 @@ SECTIONS: dict[str, Callable[[], None]] = {
     "accumulation": bench_accumulation,
     "checkpointing": bench_checkpointing,
     "mixed_precision": bench_mixed_precision,
+    "formats": bench_formats,
     "mutants": bench_mutants,
     "lessons": bench_lessons,
     "nbval": bench_nbval,
