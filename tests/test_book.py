@@ -136,6 +136,7 @@ def test_reader_moves_the_explorer_and_the_numbers_change(browser_page) -> None:
 WIDGET_PAGES = {
     "solutions/m1p2-gradient-accumulation/14_grad_accumulation_step.html": "accumulation_explorer",
     "solutions/m1p3-activation-checkpointing/18_estimate_checkpointing_memory_savings.html": "checkpointing_explorer",
+    "solutions/m1p4-mixed-precision/19_cast_to_half_precision.html": "formats_explorer",
     "solutions/m1p4-mixed-precision/24_mixed_precision_step.html": "precision_explorer",
     "solutions/m1p5-data-parallel/28_ring_all_reduce_mean.html": None,
     "solutions/m2p7-evaluation-communication/30_communication_savings.html": None,

@@ -26,7 +26,7 @@ from trainsys.memtrain.mixed_precision import training_memory_by_precision
 MiB = 2**20
 
 __all__ = ["explorer", "accumulation_explorer", "checkpointing_explorer", "precision_explorer", "diloco_explorer",
-           "fedavg_explorer", "memory_explorer", "transformer_memory_explorer"]
+           "fedavg_explorer", "memory_explorer", "transformer_memory_explorer", "formats_explorer"]
 
 
 FRAMES_ENV = "TRAINSYS_WIDGET_FRAMES"
@@ -464,3 +464,116 @@ def transformer_memory_explorer() -> widgets.VBox:
     s, a = list(setup.values()), list(arch.values())
     return TwinnedExplorer([widgets.HBox(s[:5]), widgets.HBox(s[5:]), widgets.HBox(a[:5]), widgets.HBox(a[5:]), output],
                            "data-trainsys-transformer-explorer")
+
+
+def formats_explorer(steps: int = 200, seed: int = 0) -> widgets.VBox:
+    r"""Format × scaling → where a real gradient's magnitudes fall in the format's range, and what the cast does.
+
+    The gradient is :math:`\partial L/\partial\hat Y = \frac{2}{n\,d_{out}}(\hat Y - Y)` of the Part 1 MLP at step
+    ``steps`` of plain float32 training: the problem, generators, learning rate and the amax history length of
+    :func:`trainsys.memtrain.formats.train_in_format`, read from its defaults (so this is the tensor its float32 run
+    quantizes as ``dY_hat`` at that step). Each frame casts it with
+    :func:`~trainsys.memtrain.formats.quantize_dequantize` (FP8 casts saturate, as in ``train_in_format``) at a
+    scale :math:`s`: 1 (``"none"``); ``train_in_format``'s static loss scale :math:`2^{12}` (``"loss"``); or the
+    per-tensor delayed scale :func:`~trainsys.memtrain.formats.delayed_scale` computes from the amaxes of the
+    ``amax_history_len`` gradients before it (``"delayed"``). On the gradient's axis the format's ranges sit at
+    their values divided by :math:`s`: rounded to 0 below half the smallest subnormal, subnormal below the
+    smallest normal, normal up to the largest finite value, overflow above it (a 16-bit value less than half a
+    step above it still rounds down to it). The shares, of the gradient's
+    non-zero entries, are counted on the cast: exactly 0, subnormal (non-zero, below the smallest normal), overflow
+    (:math:`\pm\infty`/NaN, or clamped to :math:`\pm` max by a saturating cast); and the median of
+    :math:`|\hat g - g|/|g|`.
+    """
+    import inspect
+
+    from trainsys._validation import require_int
+    from trainsys.memtrain import formats as fm
+    from trainsys.memtrain.mlp import (
+        init_mlp_params,
+        make_synthetic_regression_batch,
+        mlp_backward,
+        mlp_forward,
+        mse_loss_and_grad,
+        sgd_step,
+    )
+
+    steps = require_int("steps", steps, minimum=1)
+    seed = require_int("seed", seed, minimum=0)
+    run = {name: p.default for name, p in inspect.signature(fm.train_in_format).parameters.items()
+           if p.default is not inspect.Parameter.empty}
+    X, Y = make_synthetic_regression_batch(run["n"], run["d_in"], run["d_out"], np.random.default_rng(seed))
+    params = init_mlp_params(run["d_in"], run["d_hidden"], run["d_out"], np.random.default_rng(seed + 1))
+    history = fm.init_amax_history(run["amax_history_len"])
+    for _ in range(steps):
+        Y_hat, cache = mlp_forward(params, X)
+        _, grad = mse_loss_and_grad(Y_hat, Y)
+        history = fm.update_amax_history(history, grad)  # the amaxes the delayed scale of step `steps` is made from
+        params = sgd_step(params, mlp_backward(params, cache, grad), run["lr"])
+    loss, grad = mse_loss_and_grad(mlp_forward(params, X)[0], Y)
+    g = grad[grad != 0].astype(np.float32)  # float32 already; zeros cast to zero in every format
+    log_g = np.log10(np.abs(g.astype(np.float64)))
+    lo, hi = np.floor(log_g.min()) - 2, np.ceil(log_g.max()) + 3  # room for the bands a scale moves
+    bins = np.linspace(lo, hi, int(8 * (hi - lo)) + 1)  # 8 bins per decade
+    loss_scale = float(run["loss_scale"])
+    formats = ["float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
+    scalings = [("none", "none"), (f"loss scale 2^{np.log2(loss_scale):.0f}", "loss"), ("delayed (amax)", "delayed")]
+
+    def draw(format: str, scaling: str) -> Figure:  # noqa: A002 - the control's name
+        info = fm.format_info(format)
+        saturate = format in fm.FP8_FORMATS
+        if scaling == "none":
+            scale, how = 1.0, "no scaling (s = 1)"
+        elif scaling == "loss":
+            scale, how = loss_scale, f"loss scale s = {loss_scale:g}"
+        else:
+            scale = fm.delayed_scale(history, format, run["margin"])
+            how = (f"delayed scale s = {scale:.4g} from amax {float(history.max()):.3g} "
+                   f"of the last {history.size} steps")
+            if scale == float(np.finfo(np.float32).max):
+                how += " (max / amax exceeds float32: clamped to its largest)"
+        scaled = g * np.float32(scale)  # what quantize_dequantize casts
+        with np.errstate(over="ignore", invalid="ignore"):
+            stored = fm.cast(scaled, format, saturate=saturate).astype(np.float32)
+            back = fm.quantize_dequantize(g, format, scale, saturate=saturate)
+            rel = np.abs(back.astype(np.float64) - g) / np.abs(g.astype(np.float64))
+        zero = int(np.count_nonzero(back == 0))
+        subnormal = int(np.count_nonzero((stored != 0) & (np.abs(stored) < info["smallest_normal"])))
+        overflow = int(np.count_nonzero(np.abs(scaled) > info["max"] if saturate else ~np.isfinite(stored)))
+
+        fig, ax = plt.subplots(figsize=(7.5, 3.4))
+        edges = [lo, np.log10(info["smallest_subnormal"] / 2 / scale), np.log10(info["smallest_normal"] / scale),
+                 np.log10(info["max"] / scale), hi]
+        names = ["→ 0", "subnormal", "normal", "saturates" if saturate else "overflow"]
+        for (left, right), color, name in zip(zip(edges, edges[1:]), ("0.8", "0.91", "white", "mistyrose"), names):
+            left, right = max(left, lo), min(right, hi)
+            if right > left:
+                ax.axvspan(left, right, color=color, zorder=0, lw=0)
+                if right - left > 0.6:
+                    ax.text((left + right) / 2, 0.97, name, transform=ax.get_xaxis_transform(), ha="center",
+                            va="top", fontsize=8)
+        ax.hist(log_g, bins=bins, color="tab:blue", alpha=0.55, label="|∂L/∂Ŷ|, float32")
+        kept = back[(back != 0) & np.isfinite(back)]
+        ax.hist(np.log10(np.abs(kept.astype(np.float64))), bins=bins, histtype="step", color="black", lw=1,
+                label=f"after the cast ({zero:,} became 0)")
+        ax.set_xlim(lo, hi); ax.set_yscale("log"); ax.set_ylim(0.7, 3 * len(g))
+        ax.set_xlabel("log10 |gradient entry|"); ax.set_ylabel("entries per bin")
+        ax.legend(loc="upper right", bbox_to_anchor=(1, 0.88), fontsize=7, framealpha=0.9)
+        n = g.size
+        ax.text(0.01, 0.86, f"of {n:,} entries:\nrounded to 0  {zero:,} ({100 * zero / n:.2f}%)\n"
+                f"subnormal  {subnormal:,} ({100 * subnormal / n:.2f}%)\n"
+                f"overflow  {overflow:,} ({100 * overflow / n:.2f}%)\n"
+                f"median relative error  {np.median(rel):.2e}", transform=ax.transAxes, va="top", fontsize=7,
+                bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": "0.6"})
+        ax.set_title(f"∂L/∂Ŷ of the Part 1 MLP at step {steps} (float32 loss {loss:.3g}) → {format} "
+                     f"({info['exponent_bits']} exponent, {info['mantissa_bits']} mantissa bits)\n{how}", fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    def toggles(description: str, options: list, value: str) -> widgets.ToggleButtons:
+        return widgets.ToggleButtons(options=options, value=value, description=description,
+                                     style={"button_width": "auto"})
+
+    box = explorer({"format": toggles("format", formats, "float16"),
+                    "scaling": toggles("scaling", scalings, "none")}, draw)
+    box.children[0].layout.flex_flow = "row wrap"  # the two rows of buttons fit a narrow page
+    return box
