@@ -1,10 +1,14 @@
-"""Lesson 40: the full loop follows the plain single-worker baseline, and its run record is complete."""
+"""Lesson 40: the full loop follows the plain single-worker baseline, its stop condition rolls back bad steps,
+and its run record (stage metrics included) is complete."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
 
+from trainsys.memtrain import trainer
 from trainsys.memtrain.ring_allreduce import ring_bytes_per_worker
 from trainsys.memtrain.trainer import loss_curves_agree, train
 
@@ -52,4 +56,148 @@ def test_m1_40_run_record_counts_bytes_and_memory() -> None:
 ])
 def test_m1_40_bad_config_names_the_field(config, argument) -> None:
     with pytest.raises((TypeError, ValueError), match=argument):
+        train(config)
+
+
+# --- Stop condition, rollback and stage metrics --------------------------------------------------------------
+
+SMALL = {"layer_widths": [6, 16, 16, 16, 2], "n": 96, "batch": 30, "steps": 12, "lr": 5e-3}
+
+
+def _replay(config: dict, guard: bool = True) -> dict:
+    """The loop re-derived from the contract on the package's ``train_step``: with ``guard`` the rollback rule
+    (L_t finite and <= explode_factor x the smallest accepted loss, else back to the last good state with
+    lr x lr_backoff, stop after max_retries), without it the loop as it was before the rule existed."""
+    c = trainer.validate_train_config(config)
+    w = c["layer_widths"]
+    X, Y = trainer.make_synthetic_regression_batch(c["n"], w[0], w[-1], np.random.default_rng(c["seed"]))
+    layers = trainer.init_deep_mlp_params(w, np.random.default_rng(c["seed"] + 2))
+    state = ({f"{k}{l}": layer[k] for l, layer in enumerate(layers) for k in ("W", "b")},)
+    state += (trainer.zero.init_sharded_adam_states(state[0], c["num_workers"]) if c["zero_stage"] else
+              trainer.zero.init_adam_state(state[0]), trainer.init_loss_scaler(init_scale=2.0**6, growth_interval=50))
+    order, per_epoch = np.random.default_rng(c["seed"] + 1), c["n"] // c["batch"]
+    good, lr, smallest, losses, rollbacks, stopped_at = state, c["lr"], np.inf, [], [], None
+    for t in range(c["steps"]):
+        if t % per_epoch == 0:
+            perm = order.permutation(c["n"])
+        rows = perm[(t % per_epoch) * c["batch"]:(t % per_epoch + 1) * c["batch"]]
+        *new, info = trainer.train_step(*state, X[rows], Y[rows], c, lr)
+        losses.append(info["loss"])
+        if not guard or (np.isfinite(info["loss"]) and info["loss"] <= c["explode_factor"] * smallest):
+            good, smallest, state = state, min(smallest, info["loss"]), tuple(new)
+        elif len(rollbacks) == c["max_retries"]:
+            state, stopped_at = good, t
+            break
+        else:
+            state, lr = good, lr * c["lr_backoff"]
+            rollbacks.append({"step": t, "reason": "exploding loss" if np.isfinite(info["loss"]) else
+                              "non-finite loss", "lr": lr})
+    return {"losses": losses, "rollbacks": rollbacks, "stopped_at": stopped_at, "final_params": state[0]}
+
+
+def _same_run(run: dict, replay: dict) -> None:
+    np.testing.assert_array_equal(run["losses"], replay["losses"])  # NaNs compare equal here
+    assert run["rollbacks"] == replay["rollbacks"]
+    for key, value in replay["final_params"].items():
+        np.testing.assert_array_equal(run["final_params"][key], value)
+
+
+def test_m1_40_healthy_run_is_unchanged_by_the_stop_condition() -> None:
+    # the defaults never trigger: bit-identical to the loop without the rule and to max_retries = 0 (which stops
+    # at the first bad loss); the record says so
+    _same_run(BASELINE, _replay({}, guard=False))
+    assert BASELINE["rollbacks"] == [] and BASELINE["stopped"] is None and len(BASELINE["history"]) == 40
+    strict = train({"max_retries": 0})
+    assert strict["losses"] == BASELINE["losses"] and strict["stopped"] is None
+
+
+def test_m1_40_absurd_learning_rate_rolls_back_then_recovers() -> None:
+    # lr = 1: the update of step 0 explodes the loss of step 1 (x ~3000); back to the initial state with lr 0.5,
+    # again at step 3 with 0.25; then it trains on and ends far below the first loss
+    run = train({**SMALL, "lr": 1.0})
+    _same_run(run, _replay({**SMALL, "lr": 1.0}))
+    assert [(r["step"], r["reason"], r["lr"]) for r in run["rollbacks"]] == \
+        [(1, "exploding loss", 0.5), (3, "exploding loss", 0.25)]
+    assert run["stopped"] is None and len(run["losses"]) == 12
+    assert np.isfinite(run["losses"][-1]) and run["losses"][-1] < 0.5 * run["losses"][0]
+    assert run["losses"][1] > 10 * run["losses"][0]  # the explosion is recorded, not hidden
+
+
+def test_m1_40_hopeless_learning_rate_stops_after_max_retries() -> None:
+    # lr = 50: every update explodes the next loss; after 3 rollbacks (lr 25, 12.5, 6.25) the 4th bad loss stops
+    # the run at step 7, holding the last good state: here the initial weights themselves
+    run = train({**SMALL, "lr": 50.0})
+    replay = _replay({**SMALL, "lr": 50.0})
+    _same_run(run, replay)
+    assert [r["lr"] for r in run["rollbacks"]] == [25.0, 12.5, 6.25] and replay["stopped_at"] == 7
+    assert len(run["history"]) == len(run["losses"]) == 8
+    assert "step 7" in run["stopped"] and "exploding loss" in run["stopped"] and "\n" not in run["stopped"]
+    initial = trainer.init_deep_mlp_params(SMALL["layer_widths"], np.random.default_rng(2))
+    for l, layer in enumerate(initial):
+        np.testing.assert_array_equal(run["final_params"][f"W{l}"], layer["W"])
+    assert run["bytes_communicated_per_worker"] == 0 and run["examples_per_second"] > 0
+    # max_retries and lr_backoff are the config's: one rollback with lr x 0.1, the second bad loss stops
+    short = train({**SMALL, "lr": 50.0, "max_retries": 1, "lr_backoff": 0.1})
+    assert [r["lr"] for r in short["rollbacks"]] == [5.0] and "step 3" in short["stopped"]
+
+
+def test_m1_40_a_corrupted_batch_rolls_back_exactly_its_step(monkeypatch) -> None:
+    config = {"steps": 8}  # 512 / 64 = 8 batches: every row is seen once
+    bad_row = 100
+    honest = trainer.make_synthetic_regression_batch
+
+    def corrupted(*args, **kwargs):
+        X, Y = honest(*args, **kwargs)
+        X[bad_row, 3] = np.nan
+        return X, Y
+
+    monkeypatch.setattr(trainer, "make_synthetic_regression_batch", corrupted)
+    run = train(config)
+    t_bad = int(np.flatnonzero(np.random.default_rng(1).permutation(512) == bad_row)[0]) // 64
+    assert run["rollbacks"] == [{"step": t_bad, "reason": "non-finite loss", "lr": 1.5e-3}], (t_bad, run["rollbacks"])
+    assert [t for t, loss in enumerate(run["losses"]) if not np.isfinite(loss)] == [t_bad]
+    assert run["stopped"] is None and len(run["losses"]) == 8 and np.isfinite(run["losses"][t_bad + 1:]).all()
+    assert run["losses"][:t_bad] == BASELINE["losses"][:t_bad]  # untouched until the bad batch
+    _same_run(run, _replay(config))
+
+
+def test_m1_40_float16_overflow_is_a_skip_not_a_rollback() -> None:
+    # lr = 1 on 3 workers in float16: gradients overflow at steps 1-4 (scale 64 -> 4), the losses stay finite and
+    # below 1000 x the first: skipped steps, the weights kept, no rollback
+    config = {**SMALL, "num_workers": 3, "precision": "mixed", "lr": 1.0, "seed": 3, "steps": 5, "explode_factor": 1e3}
+    run = train(config)
+    assert [h["skipped"] for h in run["history"]] == [False, True, True, True, True]
+    assert [h["scale"] for h in run["history"]] == [64.0, 32.0, 16.0, 8.0, 4.0]
+    assert run["rollbacks"] == [] and run["stopped"] is None
+    # a NaN loss in float16 rolls back, and the loss scale comes back with the rest of the state
+    nan = train({**SMALL, "precision": "mixed", "lr": 1e3, "steps": 4})
+    assert np.isnan(nan["losses"][1]) and nan["history"][1]["skipped"] and nan["history"][1]["scale"] == 64.0
+    assert nan["rollbacks"][0] == {"step": 1, "reason": "non-finite loss", "lr": 500.0}
+
+
+def test_m1_40_stage_metrics() -> None:
+    run = train({**SMALL, "num_workers": 3})
+    seconds = [h["seconds"] for h in run["history"]]
+    assert all(isinstance(s, float) and s > 0 for s in seconds)
+    assert run["examples_per_second"] == pytest.approx(30 * 12 / sum(seconds), rel=1e-12)
+    peaks = run["measured_peak_bytes_per_worker"]
+    assert len(peaks) == 3 and all(type(p) is int and p > 0 for p in peaks)
+    # Measured one worker at a time, the peak follows the per-worker memory: a quarter of the batch on each of 4
+    # workers needs 0.43 of one worker's peak (measured), micro-batches and checkpointing 0.66 of that again
+    big = {"layer_widths": [32, 256, 256, 256, 256, 4], "n": 1024, "batch": 1024, "steps": 1}
+    one = train(big)["measured_peak_bytes_per_worker"]
+    four = train({**big, "num_workers": 4})["measured_peak_bytes_per_worker"]
+    lean = train({**big, "num_workers": 4, "segment_size": 2, "num_micro_batches": 4})["measured_peak_bytes_per_worker"]
+    assert max(four) < 0.5 * one[0] and max(lean) < 0.75 * min(four), (one, four, lean)
+
+
+@pytest.mark.parametrize(("config", "error"), [
+    ({"max_retries": -1}, ValueError), ({"max_retries": 2.0}, TypeError), ({"max_retries": True}, TypeError),
+    ({"lr_backoff": 1.0}, ValueError), ({"lr_backoff": 0}, ValueError), ({"lr_backoff": float("nan")}, ValueError),
+    ({"explode_factor": 1.0}, ValueError), ({"explode_factor": float("inf")}, ValueError),
+    ({"explode_factor": "10"}, TypeError),
+], ids=lambda v: repr(v) if isinstance(v, dict) else v.__name__)
+def test_m1_40_bad_stop_condition_is_refused_naming_the_key(config, error) -> None:
+    key = next(iter(config))
+    with pytest.raises(error, match=re.escape(f"config['{key}']")):
         train(config)

@@ -370,7 +370,8 @@ def bench_zero_stages() -> None:
 
 
 def bench_trainer() -> None:
-    """Lesson 40: every technique on vs the plain baseline, loss-curve agreement and memory per worker."""
+    """Lesson 40: every technique on vs the plain baseline (loss-curve agreement, memory per worker, stage
+    metrics), and the stop condition under an absurd learning rate (rollbacks, recovery or stop)."""
     from trainsys.memtrain.trainer import loss_curves_agree, train
 
     base = train({})
@@ -378,9 +379,19 @@ def bench_trainer() -> None:
                    {"num_workers": 4, "num_micro_batches": 2, "segment_size": 2, "zero_stage": 1, "precision": "mixed"}):
         run = train(config)
         worst = loss_curves_agree(run, base, rtol=1.0)
+        median = sorted(h["seconds"] for h in run["history"])[len(run["history"]) // 2]
         print(f"train {config}: max relative loss difference to the baseline {worst:.2e}; memory per worker "
               f"{run['memory_report']['total'] / 2**20:.2f} MiB vs {base['memory_report']['total'] / 2**20:.2f} MiB; "
               f"{run['bytes_communicated_per_worker']:,} bytes sent per worker; {run['wall_time_s']:.2f} s")
+        print(f"  metrics: {run['examples_per_second']:,.0f} examples/s; median step {median * 1e3:.2f} ms; "
+              f"measured peak per worker (step 0, one at a time) {run['measured_peak_bytes_per_worker']} bytes vs "
+              f"{run['measured_first_step_peak_bytes_all_workers']:,} for the whole simulated step")
+    small = {"layer_widths": [6, 16, 16, 16, 2], "n": 96, "batch": 30, "steps": 12}
+    for lr in (1.0, 50.0):
+        run = train({**small, "lr": lr})
+        rollbacks = ", ".join(f"step {r['step']} ({r['reason']}, lr -> {r['lr']:g})" for r in run["rollbacks"])
+        print(f"train lr = {lr:g}: rollbacks {rollbacks or 'none'}; {run['stopped'] or 'not stopped'}; "
+              f"{len(run['losses'])} steps, last loss {run['losses'][-1]:.4g} (first {run['losses'][0]:.4g})")
 
 
 def bench_diloco() -> None:

@@ -45,6 +45,7 @@ WITNESSES = {
             existing("train", "loss recorded as NaN on a skipped step"),
             existing("train", "loss scaler never updated"),
             ("a float16 overflow raises FloatingPointError", _train_raising_on_overflow),
+            existing("train", "lr_backoff = 1 accepted"),
         ],
         "metric that proves it correct": [
             existing("train", "averages the workers' mean gradients equally"),
@@ -52,6 +53,25 @@ WITNESSES = {
             existing("train", "steps on worker 0's gradient only"),
             existing("train", "memory report that ignores the ZeRO stage"),
             existing("train", "loss = mean of the workers' mean losses"),
+        ],
+        "rollback": [
+            existing("train", "rolls back but does not lower the learning rate"),
+            existing("train", "lowers the learning rate without restoring"),
+            existing("train", "never stops"),
+            existing("train", "judges a loss against the last loss"),
+            existing("train", "restores the state from before the last good step"),
+            existing("train", "counts a float16 skip as a rollback"),
+            existing("train", "restores the weights but keeps the bad step's Adam state"),
+            existing("train", "restores weights and Adam state but keeps the halved loss scale"),
+            existing("train", "only non-finite losses roll back"),
+            existing("train", "a stopped run returns the exploded weights"),
+            existing("train", "stopped reason without the step"),
+        ],
+        "metrics": [
+            existing("train", "history entries without seconds"),
+            existing("train", "one peak for all workers"),
+            existing("train", "throughput over the configured steps"),
+            existing("train", "examples_per_second over the run's wall time"),
         ],
     },
 }

@@ -662,12 +662,12 @@ def _cm_alt_table(config):
 TRAIN_DEFAULTS = {
     "layer_widths": [16, 64, 64, 64, 64, 4], "n": 512, "batch": 64, "steps": 40, "lr": 3e-3,
     "num_workers": 1, "num_micro_batches": 1, "segment_size": None, "precision": "fp32", "zero_stage": 0,
-    "seed": 0, "progress": False,
+    "seed": 0, "progress": False, "max_retries": 3, "lr_backoff": 0.5, "explode_factor": 10.0,
 }
 
 
 def _train_validate(config, *, m_bound="floor", reject_bool=True, check_progress=True, check_seed_sign=True,
-                    check_lr_finite=True, deep=True):
+                    check_lr_finite=True, deep=True, check_backoff_below_one=True):
     if config is None:
         config = {}
     if not isinstance(config, dict):
@@ -712,6 +712,14 @@ def _train_validate(config, *, m_bound="floor", reject_bool=True, check_progress
     integer("seed", 0 if check_seed_sign else -math.inf)
     if check_progress and not isinstance(c["progress"], bool):
         raise TypeError("config['progress'] must be a bool")
+    integer("max_retries", 0)
+    for key, lo, hi in (("lr_backoff", 0.0, 1.0 if check_backoff_below_one else math.inf),
+                        ("explode_factor", 1.0, math.inf)):
+        v = c[key]
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"config[{key!r}] must be a real number, got {v!r}")
+        if not (math.isfinite(v) and lo < v < hi):
+            raise ValueError(f"config[{key!r}] must be finite and in ({lo}, {hi}), got {v}")
     return c
 
 
@@ -719,7 +727,9 @@ def _train_core(config=None, *, weighting="sums", bytes_rule="ring_max", exchang
                 report_batch="total", count_skipped_bytes=True, skip_rule="any", loss_on_skip="record",
                 scale_record="before", growth_interval=50, init_scale=2.0 ** 6, update_scaler=True,
                 epoch_rule="per_epoch", final_dtype="master", key_base=0, fp32_scale=1.0, skipped_type=bool,
-                loss_rule="union", **validate):
+                loss_rule="union", rollback_keeps_update=False, reason_words=("non-finite loss", "exploding loss"),
+                finite_only=False, stop_keeps_bad=False, stopped_text="step", throughput_clock="steps",
+                **validate):
     t0 = time.perf_counter()
     c = _train_validate(config, **validate)
     widths, n_data, batch, steps = c["layer_widths"], c["n"], c["batch"], c["steps"]
@@ -736,7 +746,6 @@ def _train_core(config=None, *, weighting="sums", bytes_rule="ring_max", exchang
     state = init_adam_state(params) if stage == 0 else init_sharded_adam_states(params, N)
     scaler = init_loss_scaler(init_scale=init_scale, growth_interval=growth_interval)
     order = np.random.default_rng(seed + 1)
-    hp = {"lr": c["lr"], "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
     dtype = np.float16 if precision == "mixed" else np.float32
     mixed = precision == "mixed"
 
@@ -760,7 +769,8 @@ def _train_core(config=None, *, weighting="sums", bytes_rule="ring_max", exchang
                 acc[f"b{l}"] += g["b"].astype(np.float32) / np.float32(scale)
         return acc, loss_sum, X_k.shape[0]
 
-    def one_step(params, state, scaler, Xb, Yb):
+    def one_step(params, state, scaler, Xb, Yb, lr):
+        hp = {"lr": lr, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
         scale = float(scaler["scale"]) if mixed else 1.0
         shards = shard_dataset_across_workers(Xb, Yb, N)
         sums = [worker_gradient(params, X_k, Y_k, scale) for X_k, Y_k in shards]
@@ -806,6 +816,11 @@ def _train_core(config=None, *, weighting="sums", bytes_rule="ring_max", exchang
     per_epoch = n_data // batch if epoch_rule == "per_epoch" else -(-n_data // batch)
     history, losses, total_bytes, peak = [], [], 0, 0
     perm = None
+    # The rollback guard: a deep copy of the state whose loss was last accepted, the best loss, the lr.
+    lr, best, rollbacks, stopped = float(c["lr"]), math.inf, [], None
+    saved = copy.deepcopy((params, state, scaler))
+    worker_peaks = []
+    step_times = []
     for t in tqdm(range(steps), disable=not c["progress"], desc="train"):
         if epoch_rule == "once":
             if perm is None:
@@ -818,12 +833,38 @@ def _train_core(config=None, *, weighting="sums", bytes_rule="ring_max", exchang
         rows = perm[i * batch:(i + 1) * batch]
         Xb, Yb = X[rows], Y[rows]
         if t == 0:
-            (params, state, scaler, entry), peak = peak_memory_bytes(one_step, params, state, scaler, Xb, Yb)
+            scale0 = float(scaler["scale"]) if mixed else 1.0
+            for X_k, Y_k in shard_dataset_across_workers(Xb, Yb, N):
+                with np.errstate(all="ignore"):
+                    worker_peaks.append(int(peak_memory_bytes(worker_gradient, params, X_k, Y_k, scale0)[1]))
+        began = time.perf_counter()
+        candidate = copy.deepcopy((params, state, scaler))  # what the step starts from
+        if t == 0:
+            (params, state, scaler, entry), peak = peak_memory_bytes(one_step, params, state, scaler, Xb, Yb, lr)
         else:
-            params, state, scaler, entry = one_step(params, state, scaler, Xb, Yb)
-        history.append({"step": t, **entry})
+            params, state, scaler, entry = one_step(params, state, scaler, Xb, Yb, lr)
+        loss_t = entry["loss"]
+        if math.isfinite(loss_t) and (finite_only or loss_t <= c["explode_factor"] * best):
+            saved, best = candidate, min(best, loss_t)
+        else:
+            why = reason_words[0] if not math.isfinite(loss_t) else reason_words[1]
+            giving_up = len(rollbacks) >= c["max_retries"]
+            if not rollback_keeps_update and not (giving_up and stop_keeps_bad):
+                params, state, scaler = copy.deepcopy(saved)
+            if giving_up:
+                stopped = (f"{why} at step {t} ({loss_t}); gave up after {len(rollbacks)} rollbacks"
+                           if stopped_text == "step" else f"{why}; gave up after {len(rollbacks)} rollbacks")
+            else:
+                lr = lr * c["lr_backoff"]
+                rollbacks.append({"step": t, "reason": why, "lr": lr})
+        if mixed and scale_record == "after":  # after a rollback: the restored scaler's scale
+            entry["scale"] = float(scaler["scale"])
+        step_times.append(time.perf_counter() - began)
+        history.append({"step": t, **entry, "seconds": step_times[-1]})
         losses.append(entry["loss"])
         total_bytes += entry["bytes"]
+        if stopped is not None:
+            break
     mem_cfg = {k: c[k] for k in ("layer_widths", "batch", "num_micro_batches", "segment_size", "precision",
                                  "num_workers", "zero_stage")}
     if not report_stage:
@@ -843,6 +884,11 @@ def _train_core(config=None, *, weighting="sums", bytes_rule="ring_max", exchang
         "bytes_communicated_per_worker": int(total_bytes),
         "memory_report": memory_report(mem_cfg),
         "measured_first_step_peak_bytes_all_workers": int(peak),
+        "measured_peak_bytes_per_worker": worker_peaks,
+        "examples_per_second": batch * len(history) / (sum(step_times) if throughput_clock == "steps"
+                                                       else time.perf_counter() - t0),
+        "rollbacks": rollbacks,
+        "stopped": stopped,
         "final_params": final,
         "wall_time_s": time.perf_counter() - t0,
     }
@@ -950,6 +996,34 @@ def _train_accepts_inf_lr(config=None):
 
 def _train_shallow_config(config=None):
     return _train_core(config, deep=False)
+
+
+def _train_rollback_keeps_update(config=None):
+    return _train_core(config, rollback_keeps_update=True)
+
+
+def _train_nan_only_guard(config=None):
+    return _train_core(config, finite_only=True)
+
+
+def _train_reason_words(config=None):
+    return _train_core(config, reason_words=("nan", "spike"))
+
+
+def _train_stop_keeps_bad_weights(config=None):
+    return _train_core(config, stop_keeps_bad=True)
+
+
+def _train_stopped_without_step(config=None):
+    return _train_core(config, stopped_text="no step")
+
+
+def _train_throughput_over_wall_time(config=None):
+    return _train_core(config, throughput_clock="wall")
+
+
+def _train_backoff_one_accepted(config=None):
+    return _train_core(config, check_backoff_below_one=False)
 
 
 # ======================================================================================================
@@ -1062,6 +1136,19 @@ MUTANTS = {
         ("lr = inf accepted (contract: 'lr finite real > 0')", _train_accepts_inf_lr),
         ("shallow config merge: the record shares layer_widths with the caller / TRAIN_DEFAULTS (contract: "
          "'everything in the record is new')", _train_shallow_config),
+        ("rollback lowers lr but keeps the exploded weights (contract: 'A bad step is undone (that state back')",
+         _train_rollback_keeps_update),
+        ("only non-finite losses roll back (contract: 'finite and <= kappa m_t')",
+         _train_nan_only_guard),
+        ("rollback reasons 'nan' / 'spike' (contract: '\"non-finite loss\" or \"exploding loss\"')",
+         _train_reason_words),
+        ("a stopped run returns the exploded weights (contract: 'a bad step is undone and ends the run')",
+         _train_stop_keeps_bad_weights),
+        ("stopped reason without the step (contract: 'stopped ... names it in one line')",
+         _train_stopped_without_step),
+        ("examples_per_second over the run's wall time (contract: 'batch x steps run / sum of seconds')",
+         _train_throughput_over_wall_time),
+        ("lr_backoff = 1 accepted (contract: 'lr_backoff ... (0, 1)')", _train_backoff_one_accepted),
     ],
 }
 
@@ -1077,7 +1164,8 @@ ALTERNATIVES = {
     ],
     "compare_memory": [("a plan of (name, overrides) evaluated by one loop", _cm_alt_table)],
     "train": [
-        ("the lesson's recipe written out by the red team", _train_alt_reference_recipe),
+        ("the lesson's recipe written out by the red team (the last good state kept as a deep copy)",
+         _train_alt_reference_recipe),
         # was a mutant: the contract does not say which scale a step records (the one it ran with, or the one
         # after its update); the reference records this one, and the check accepts either, consistently
         ("history records the scale after the step's update (the reference's convention)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -27,8 +28,11 @@ CLAUSES = {
     "train": {
         "mutation": ("baseline",),
         "failure modes": ("an unknown key 'momentum'", "steps = True", "progress = 'yes'", "seed = -1", "lr = inf",
-                          "num_micro_batches = 8", "mixed precision, lr = 1 on 3 workers"),
+                          "num_micro_batches = 8", "mixed precision, lr = 1 on 3 workers", "lr_backoff = 1"),
         "metric that proves it correct": ("4 workers, uneven shards", "ZeRO-1 on 3 workers"),
+        "rollback": ("rollback: lr = 50", "rollback: lr = 1 recovers", "rollback: a loss that creeps up",
+                     "rollback: non-finite losses", "mixed precision, lr = 1 on 3 workers"),
+        "metrics": ("metrics: 4 workers", "metrics: a stopped run"),
     },
 }
 """The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
@@ -37,13 +41,26 @@ SMALL = {"layer_widths": [6, 16, 16, 16, 2], "n": 96, "batch": 30, "steps": 6, "
 
 
 HISTORY_KEYS = ("step", "loss", "skipped", "bytes", "scale")
+METRIC_KEYS = ("examples_per_second", "measured_peak_bytes_per_worker")  # checked by the "metrics: ..." cases
 INIT_SCALE = 2.0**6
 
 
-def _history(label: str, got: Any, expected: list, tol: float) -> None:
-    """The per-step record: step numbers, skip flags (Python bools), bytes and loss scales exactly; losses to tol."""
+def _bad(loss: Any, threshold: float) -> bool:
+    """The contract's rollback rule: a loss is bad when it is not finite or above ``threshold`` (κ × smallest)."""
+    return isinstance(loss, (int, float, np.floating)) and not isinstance(loss, bool) and \
+        (not np.isfinite(loss) or float(loss) > threshold)
+
+
+def _history(label: str, got: Any, expected: list, tol: float, rolled_back: dict[int, float],
+             metrics: bool) -> None:
+    """The per-step record: step numbers, skip flags (Python bools), bytes and loss scales exactly; losses to tol.
+
+    ``rolled_back`` maps the steps the reference rolled back or stopped at to the threshold their loss broke:
+    their losses (an explosion, amplified by any rounding) must only be bad as well. ``seconds`` is held to its
+    sanity (a positive real) in the metrics cases only, so that a wrong metric fails there.
+    """
     if not isinstance(got, list) or len(got) != len(expected):
-        raise CheckFailure(f"[{label}] history must be a list of {len(expected)} dicts, one per step")
+        raise CheckFailure(f"[{label}] history must be a list of {len(expected)} dicts, one per step run")
     # The contract does not say whether a step records the scale it ran with or the scale after its update
     # (the reference's): either is accepted, the same one at every step.
     after = [want["scale"] for want in expected]
@@ -54,9 +71,10 @@ def _history(label: str, got: Any, expected: list, tol: float) -> None:
         follows_after = sum(map(lambda a, g: a == g, after, got_scales)) >= \
             sum(map(lambda b, g: b == g, before, got_scales))
         scales = [(a,) if follows_after else (b,) for b, a in zip(before, after)]
+    keys = set(HISTORY_KEYS) | {"seconds"}
     for t, (h, want) in enumerate(zip(got, expected)):
-        if not isinstance(h, dict) or set(h) != set(HISTORY_KEYS):
-            raise CheckFailure(f"[{label}] history[{t}] must be a dict with exactly the keys {list(HISTORY_KEYS)}, "
+        if not isinstance(h, dict) or not set(HISTORY_KEYS) <= set(h) <= keys or (metrics and set(h) != keys):
+            raise CheckFailure(f"[{label}] history[{t}] must be a dict with exactly the keys {sorted(keys)}, "
                                f"got {sorted(h) if isinstance(h, dict) else type(h).__name__}")
         if type(h["skipped"]) is not bool:
             kind = type(h["skipped"])
@@ -70,19 +88,104 @@ def _history(label: str, got: Any, expected: list, tol: float) -> None:
         if h["scale"] not in scales[t] or not isinstance(h["scale"], float):
             raise CheckFailure(f"[{label}] history[{t}]['scale'] is {h['scale']!r}, expected "
                                f"{' or '.join(map(repr, sorted(set(scales[t]))))} (the loss scale: 2^6 at first, "
-                               "halved after an overflow, doubled after 50 clean steps in a row; 1.0 in float32)")
+                               "halved after an overflow, doubled after 50 clean steps in a row, restored with the "
+                               "rest of the state by a rollback; 1.0 in float32)")
         if h["bytes"] != want["bytes"]:
             raise CheckFailure(f"[{label}] history[{t}]['bytes'] is {h['bytes']!r}, expected {want['bytes']} (the "
-                               "ring's bytes for the busiest worker, counted on skipped steps too)")
+                               "ring's bytes for the busiest worker, counted on skipped and rolled-back steps too)")
         loss = h["loss"]
-        if isinstance(loss, bool) or not isinstance(loss, (int, float, np.floating)) or \
+        if t in rolled_back:
+            if not _bad(loss, rolled_back[t]) or np.isfinite(want["loss"]) != np.isfinite(float(loss)):
+                raise CheckFailure(f"[{label}] history[{t}]['loss'] is {loss!r}, expected a loss that is bad as the "
+                                   f"reference's {want['loss']!r} (non-finite, or above {rolled_back[t]:.6g} = "
+                                   "explode_factor x the smallest loss so far)")
+        elif isinstance(loss, bool) or not isinstance(loss, (int, float, np.floating)) or \
                 not abs(float(loss) - want["loss"]) <= tol * abs(want["loss"]):
             raise CheckFailure(f"[{label}] history[{t}]['loss'] is {loss!r}, expected {want['loss']!r} (the batch's "
                                "mean loss before the step, recorded on skipped steps too)")
+        seconds = h.get("seconds")
+        if metrics and (isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.floating))
+                        or not np.isfinite(seconds) or not seconds > 0):
+            raise CheckFailure(f"[{label}] history[{t}]['seconds'] is {seconds!r}, expected the step's wall time "
+                               "(a real number > 0, from time.perf_counter)")
+
+
+def _bad_steps(expected: dict) -> dict[int, float]:
+    """The reference's rolled-back and stopping steps, each with the threshold κ × (smallest good loss before it)."""
+    kappa = expected["config"]["explode_factor"]
+    bad = {r["step"] for r in expected["rollbacks"]}
+    if expected["stopped"] is not None:
+        bad.add(expected["history"][-1]["step"])
+    out, smallest = {}, np.inf
+    for h in expected["history"]:
+        if h["step"] in bad:
+            out[h["step"]] = kappa * smallest
+        else:
+            smallest = min(smallest, h["loss"])
+    return out
+
+
+def _rollbacks(label: str, got: dict, expected: dict) -> None:
+    """``rollbacks`` entry by entry (steps and reasons exactly, learning rates to 1e-12) and ``stopped``."""
+    want = expected["rollbacks"]
+    entries = got["rollbacks"]
+    if not isinstance(entries, list):
+        raise CheckFailure(f"[{label}] rollbacks must be a list of dicts, got {type(entries).__name__}")
+    summary = [(r["step"], r["reason"]) for r in want]
+    if len(entries) != len(want) or not all(isinstance(r, dict) and set(r) == {"step", "reason", "lr"}
+                                            for r in entries):
+        raise CheckFailure(f"[{label}] rollbacks is {entries!r}, expected {len(want)} dicts "
+                           f"{{'step', 'reason', 'lr'}} at (step, reason) {summary} (a loss that is not finite, or "
+                           "above explode_factor x the smallest loss so far, rolls back)")
+    for i, (r, w) in enumerate(zip(entries, want)):
+        if r["step"] != w["step"] or r["reason"] != w["reason"]:
+            raise CheckFailure(f"[{label}] rollbacks[{i}] is at step {r['step']!r} for {r['reason']!r}, expected "
+                               f"step {w['step']} for {w['reason']!r} (all: {summary})")
+        lr = r["lr"]
+        # lr_backoff^k x lr: k float multiplications, each exact to half an ulp; 1e-12 accepts any order
+        if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)) or \
+                not abs(float(lr) - w["lr"]) <= 1e-12 * w["lr"]:
+            raise CheckFailure(f"[{label}] rollbacks[{i}]['lr'] is {lr!r}, expected {w['lr']!r} (the learning rate "
+                               "after lowering: lr_backoff x the one before, at every rollback)")
+    stopped = got["stopped"]
+    if expected["stopped"] is None:
+        if stopped is not None:
+            raise CheckFailure(f"[{label}] stopped is {stopped!r}, expected None (the run did not exhaust "
+                               "max_retries)")
+        return
+    step = expected["history"][-1]["step"]
+    if not isinstance(stopped, str) or "\n" in stopped or \
+            re.search(rf"(?<![0-9]){step}(?![0-9])", stopped) is None:
+        raise CheckFailure(f"[{label}] stopped is {stopped!r}, expected a one-line reason naming step {step} (the "
+                           f"bad loss after max_retries = {expected['config']['max_retries']} rollbacks ends the run)")
+
+
+def _metrics(label: str, got: dict, batch: int, num_workers: int) -> None:
+    """The stage metrics' types and sanity; never their values against the reference (they depend on the machine)."""
+    missing = [key for key in METRIC_KEYS if key not in got]
+    if missing:
+        raise CheckFailure(f"[{label}] the run record misses {missing}")
+    # No relation between the peaks is required: a first call in a process allocates caches (a worker's peak in
+    # a fresh process was measured above the whole step's that followed it: 33,804 against 28,944 bytes)
+    peaks = got["measured_peak_bytes_per_worker"]
+    if not isinstance(peaks, list) or len(peaks) != num_workers or \
+            not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) and p > 0 for p in peaks):
+        raise CheckFailure(f"[{label}] measured_peak_bytes_per_worker is {peaks!r}, expected a list of "
+                           f"{num_workers} ints > 0 (each worker's tracemalloc peak, one worker at a time)")
+    seconds = sum(float(h["seconds"]) for h in got["history"])
+    throughput = got["examples_per_second"]
+    want = batch * len(got["history"]) / seconds
+    # the same quotient of the same step times: only the order of the sum may differ (~1e-15 relative)
+    if isinstance(throughput, bool) or not isinstance(throughput, (int, float, np.floating)) or \
+            not abs(float(throughput) - want) <= 1e-9 * want:
+        raise CheckFailure(f"[{label}] examples_per_second is {throughput!r}, expected {want!r} = batch x "
+                           f"{len(got['history'])} steps run / {seconds:.6g} s (the sum of history's seconds)")
 
 
 def check_train(fn: Callable[..., Any]) -> str:
-    """Loss curves, history, final weights, bytes and record fields for configurations that switch each technique on."""
+    """Loss curves, history, final weights, bytes and record fields for configurations that switch each technique
+    on; rollbacks and stops (steps, reasons, learning rates, restored state) under absurd learning rates; the stage
+    metrics' types and consistency (never their machine-dependent values)."""
     # Relative tolerances on the losses. float32 compute: the contract's 1e-5 (sums reordered across workers and
     # micro-batches move a loss by a few eps32 = 1.2e-7 per step; 6 Adam steps leave it near 1e-7). float16
     # compute: 2e-3, two float16 epsilons (2^-10 = 9.8e-4), "within float16's resolution".
@@ -97,13 +200,39 @@ def check_train(fn: Callable[..., Any]) -> str:
                                          "zero_stage": 1, "precision": "mixed"}, 2e-3),
         # lr = 1 blows the weights up at step 0; from step 1 on float16 overflows on some workers (at step 3 not
         # on worker 0), every step is skipped and the scale halves: the losses stay finite and are still recorded.
-        # (The pattern survives a 1e-6 relative change of the weights: float16 rounding absorbs it.)
-        ("mixed precision, lr = 1 on 3 workers: every step after the first overflows and is skipped",
-         {"num_workers": 3, "precision": "mixed", "lr": 1.0, "seed": 3, "steps": 5}, 2e-3),
+        # (The pattern survives a 1e-6 relative change of the weights: float16 rounding absorbs it.) The losses
+        # (3.4, then 338-763) stay below explode_factor = 1000 x 3.4: overflows that are skips, not rollbacks.
+        ("mixed precision, lr = 1 on 3 workers: every step after the first overflows and is skipped, none "
+         "rolled back", {"num_workers": 3, "precision": "mixed", "lr": 1.0, "seed": 3, "steps": 5,
+                         "explode_factor": 1e3}, 2e-3),
         # 50 clean steps in a row double the scale (step 50 runs with 128); 51 float16 steps drift further from
         # another correct summation order than 6 do, hence the looser loss tolerance
         ("mixed precision, 51 steps (the scale grows after 50 clean steps)",
          {"precision": "mixed", "steps": 51}, 1e-2),
+        # Rollback. Every accepted loss is at least 0.76% away from explode_factor x the smallest loss (the
+        # closest: 2.76 against 3 x 0.914 = 2.74 in the creep case), and other summation orders (3 or 4 workers,
+        # micro-batches, ZeRO) move the accepted losses by < 1e-6 relative: the rollbacks are the same for every
+        # correct answer. The losses of rolled-back steps are explosions (up to 1e17) that rounding changes
+        # freely; they are only required to be bad as well.
+        # lr = 50: step 0 is fine (1.62), every update explodes the next loss; restored to the initial weights
+        # each time with lr 25, 12.5, 6.25, and the bad loss at step 7 stops the run (final weights: initial).
+        ("rollback: lr = 50, every update explodes: 3 rollbacks, then the run stops at step 7",
+         {"lr": 50.0, "steps": 12}, 1e-5),
+        # lr = 1: rollbacks at steps 1 and 3 (lr 0.5, 0.25), then the run trains on (0.64 at step 7)
+        ("rollback: lr = 1 recovers after 2 rollbacks", {"lr": 1.0, "steps": 12}, 1e-5),
+        # lr = 0.3, explode_factor = 3: losses 1.62, 7.76 (rolled back), 0.914, 2.25, 2.76, 2.87, ...: steps 4 and
+        # 5 are within 3x the loss before them but above 3 x 0.914, the smallest; step 4 restores the state that
+        # step 3 started from (the last good state), not the one before.
+        ("rollback: a loss that creeps up is judged against the smallest loss (lr = 0.3, explode_factor = 3)",
+         {"lr": 0.3, "explode_factor": 3.0, "steps": 12}, 1e-5),
+        # float16 forward passes overflow to NaN losses; restored weights, Adam state and loss scale (64), lr 100;
+        # the second NaN (step 3) stops the run
+        ("rollback: non-finite losses in float16 (lr = 1000, max_retries = 1, lr_backoff = 0.1)",
+         {"precision": "mixed", "lr": 1e3, "steps": 8, "max_retries": 1, "lr_backoff": 0.1}, 2e-3),
+        # Metrics: types and sanity only (seconds and bytes depend on the machine and the allocator)
+        ("metrics: 4 workers (30 = 8+8+7+7), 2 micro-batches", {"num_workers": 4, "num_micro_batches": 2}, 1e-5),
+        ("metrics: a stopped run counts the steps it ran (2 workers, lr = 50)",
+         {"num_workers": 2, "lr": 50.0, "steps": 12}, 1e-5),
     ]
     tolerance = {name: tol for name, _, tol in configs}
     mixed = {name for name, cfg, _ in configs if cfg.get("precision") == "mixed"}
@@ -114,18 +243,25 @@ def check_train(fn: Callable[..., Any]) -> str:
         unchanged(label, inputs)
         if not isinstance(got, dict):
             raise CheckFailure(f"[{label}] must return the run record (a dict), got {type(got).__name__}")
-        missing = sorted(set(expected) - set(got))
+        metrics = label.startswith("metrics:")
+        missing = sorted(set(expected) - set(got) - (set() if metrics else set(METRIC_KEYS)))
         if missing:
             raise CheckFailure(f"[{label}] the run record misses {missing}")
+        _rollbacks(label, got, expected)
+        bad = _bad_steps(expected)
+        good = [t for t in range(len(expected["losses"])) if t not in bad]
         losses, want = np.asarray(got["losses"], dtype=float), np.asarray(expected["losses"])
         if losses.shape != want.shape:
-            raise CheckFailure(f"[{label}] {losses.size} losses recorded, expected one per step ({want.size})")
-        worst = float(np.max(np.abs(losses - want) / np.abs(want)))
+            raise CheckFailure(f"[{label}] {losses.size} losses recorded, expected one per step run ({want.size})")
+        gap = np.abs(losses[good] - want[good]) / np.abs(want[good])
+        worst = float(np.max(gap))
         if not worst <= tolerance[label]:
-            step = int(np.nanargmax(np.where(np.isnan(losses), np.inf, np.abs(losses - want) / np.abs(want))))
+            step = good[int(np.nanargmax(np.where(np.isnan(gap), np.inf, gap)))]
             raise CheckFailure(f"[{label}] loss at step {step} is {float(losses[step])!r}, expected "
                                f"{float(want[step])!r} (relative difference {worst:.3g}, allowed {tolerance[label]:g})")
-        _history(label, got["history"], expected["history"], tolerance[label])
+        _history(label, got["history"], expected["history"], tolerance[label], bad, metrics)
+        if metrics:
+            _metrics(label, got, expected["config"]["batch"], expected["config"]["num_workers"])
         report = got["memory_report"]
         for key, value in expected["memory_report"].items():
             # byte counts: integer products and exact quotients in float64 (~1e-16 relative); 1e-9 accepts
@@ -175,6 +311,15 @@ def check_train(fn: Callable[..., Any]) -> str:
         ("n = 0", BAD, key("n"), _fixed({**SMALL, "n": 0})),
         ("batch = 97 > n = 96", BAD, key("batch"), _fixed({**SMALL, "batch": 97})),
         ("segment_size = 5 > L = 4", BAD, key("segment_size"), _fixed({**SMALL, "segment_size": 5})),
+        ("max_retries = -1", (ValueError,), key("max_retries"), _fixed({**SMALL, "max_retries": -1})),
+        ("max_retries = 1.0", (TypeError,), key("max_retries"), _fixed({**SMALL, "max_retries": 1.0})),
+        ("lr_backoff = 1 (the learning rate would never fall)", (ValueError,), key("lr_backoff"),
+         _fixed({**SMALL, "lr_backoff": 1})),
+        ("lr_backoff = 0", (ValueError,), key("lr_backoff"), _fixed({**SMALL, "lr_backoff": 0.0})),
+        ("explode_factor = 1 (must be > 1)", (ValueError,), key("explode_factor"),
+         _fixed({**SMALL, "explode_factor": 1.0})),
+        ("explode_factor = nan", (ValueError,), key("explode_factor"), _fixed({**SMALL, "explode_factor": np.nan})),
+        ("explode_factor = '10'", (TypeError,), key("explode_factor"), _fixed({**SMALL, "explode_factor": "10"})),
     ]
     count = run_cases("train", fn, ref.train, cases, compare, invalid, compare_with_inputs=True, count_only=True)
     # A config without layer_widths takes TRAIN_DEFAULTS' list: two runs must not hand out one shared list.

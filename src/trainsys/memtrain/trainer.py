@@ -15,6 +15,35 @@ configuration follows the plain single-worker baseline to float rounding; float1
 within float16's resolution. :func:`train` returns a run record: the validated config, the
 seed, per-step losses, bytes communicated, the per-worker memory report and the measured peak of the
 first step (of the whole simulation: every worker lives in this one process).
+
+**Stop condition and rollback.** Large runs watch the loss for spikes and divergence, go back to
+a state saved before the spike and go on with a lower learning rate or other data (Chowdhery et
+al., 2022, PaLM, §5.1; Zhang et al., 2022, OPT, §2.5). The loop does this at every step. The loss
+:math:`L_t` of step :math:`t` is measured before its update; with :math:`m_t` the smallest loss of
+the steps accepted so far (:math:`m_0 = \infty`), the step is *good* when
+
+.. math::
+
+    L_t \text{ is finite} \quad\text{and}\quad L_t \le \kappa\, m_t \qquad (\kappa = \texttt{explode\_factor} > 1).
+
+A good step's starting state (weights, Adam state(s), loss scaler) becomes the *last good state*
+and the step proceeds; :math:`m_{t+1} = \min(m_t, L_t)`. A bad step's result is discarded: the
+state becomes the last good state again (which undoes the update of the good step before, the one
+that produced the bad state), :math:`\eta \leftarrow \beta\,\eta` with
+:math:`\beta = \texttt{lr\_backoff} \in (0, 1)`, and the loop goes on with the next batch. After
+``max_retries`` rollbacks a further bad step stops the run (weights: the last good state). Comparing
+with the smallest loss, not the last one, also catches a loss that creeps up by less than
+:math:`\kappa` per step. A float16 gradient overflow with a good loss stays a skipped step (the loss
+scaler's business, Micikevicius et al., 2018), not a rollback. Nothing is copied for the snapshot:
+every step returns new arrays and dicts (``adam_step``, ``zero_optimizer_step`` and
+``update_loss_scale`` never mutate), so keeping references is enough.
+
+**Stage metrics.** Each history entry records its wall time (``time.perf_counter``, a monotonic
+clock); the record gives the throughput (examples of every step run over the sum of the step
+times) and the ``tracemalloc`` peak of each worker's gradient computation in the first step,
+measured one worker at a time (``peak_memory_bytes`` cannot nest, so this is a separate pass on the
+first step's shards before the step itself runs). Step 0 runs under ``tracemalloc``, which traces every
+allocation: its recorded time is several times the others'.
 """
 
 from __future__ import annotations
@@ -47,8 +76,9 @@ from trainsys.memtrain.ring_allreduce import ring_all_reduce_mean, ring_bytes_pe
 DEFAULTS: dict[str, Any] = {
     "layer_widths": [16, 64, 64, 64, 64, 4], "n": 512, "batch": 64, "steps": 40, "lr": 3e-3,
     "num_workers": 1, "num_micro_batches": 1, "segment_size": None, "precision": "fp32", "zero_stage": 0,
-    "seed": 0, "progress": False,
+    "seed": 0, "progress": False, "max_retries": 3, "lr_backoff": 0.5, "explode_factor": 10.0,
 }
+ROLLBACK_REASONS = ("non-finite loss", "exploding loss")
 
 
 def validate_train_config(config: Mapping | None) -> dict[str, Any]:
@@ -78,6 +108,13 @@ def validate_train_config(config: Mapping | None) -> dict[str, Any]:
     if not isinstance(c["progress"], (bool, np.bool_)):
         raise TypeError(f"config['progress'] must be True or False, got {c['progress']!r}")
     c["progress"] = bool(c["progress"])
+    c["max_retries"] = require_int("config['max_retries']", c["max_retries"], minimum=0)
+    c["lr_backoff"] = require_real("config['lr_backoff']", c["lr_backoff"], strictly_positive=True)
+    if not c["lr_backoff"] < 1:
+        raise ValueError(f"config['lr_backoff'] must be in (0, 1), got {c['lr_backoff']}")
+    c["explode_factor"] = require_real("config['explode_factor']", c["explode_factor"])
+    if not c["explode_factor"] > 1:
+        raise ValueError(f"config['explode_factor'] must be > 1, got {c['explode_factor']}")
     return c
 
 
@@ -111,9 +148,21 @@ def _worker_gradient(params: dict, X: np.ndarray, Y: np.ndarray, c: dict, scale:
     return acc, loss_sum
 
 
-def train_step(params: dict, states: Any, scaler: dict, X: np.ndarray, Y: np.ndarray, c: dict
+def _worker_peaks(params: dict, scaler: dict, X: np.ndarray, Y: np.ndarray, c: dict) -> list[int]:
+    """``tracemalloc`` peak (bytes) of each worker's gradient computation on its shard of ``(X, Y)``, one at a time."""
+    scale = float(scaler["scale"]) if c["precision"] == "mixed" else 1.0
+    peaks = []
+    for X_k, Y_k in shard_dataset_across_workers(X, Y, c["num_workers"]):
+        with np.errstate(over="ignore", invalid="ignore"):
+            _, peak = peak_memory_bytes(_worker_gradient, params, X_k, Y_k, c, scale)
+        peaks.append(int(peak))
+    return peaks
+
+
+def train_step(params: dict, states: Any, scaler: dict, X: np.ndarray, Y: np.ndarray, c: dict, lr: float
                ) -> tuple[dict, Any, dict, dict]:
-    """One step on the batch ``(X, Y)``; returns new params, optimizer state(s), scaler and step info."""
+    """One step on the batch ``(X, Y)`` with learning rate ``lr``; returns new params, optimizer state(s),
+    scaler and step info (new objects: the inputs are left as they are)."""
     N, batch = c["num_workers"], len(X)
     scale = float(scaler["scale"]) if c["precision"] == "mixed" else 1.0
     worker_grads, loss_sum = [], 0.0
@@ -129,7 +178,7 @@ def train_step(params: dict, states: Any, scaler: dict, X: np.ndarray, Y: np.nda
         scaler = update_loss_scale(scaler, not finite)
     if not finite:
         return params, states, scaler, {"loss": loss_sum / batch, "skipped": True, "bytes": sent}
-    hp = {"lr": c["lr"], "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
+    hp = {"lr": lr, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
     if c["zero_stage"] >= 1:  # reduce-scatter + sharded Adam + all-gather
         params, states = zero.zero_optimizer_step(params, worker_grads, states, hp)
     else:  # ring all-reduce, then unsharded Adam on every worker (identical: computed once here)
@@ -145,8 +194,18 @@ def train(config: Mapping | None = None) -> dict[str, Any]:
     ``steps``, Adam ``lr``, ``num_workers``, ``num_micro_batches`` (per worker), ``segment_size`` (None:
     no checkpointing), ``precision`` ("fp32" | "mixed"), ``zero_stage`` (0–3; stages ≥ 1 shard Adam's
     state — the arithmetic of stages 2 and 3 is the same, only their memory differs), ``seed``,
-    ``progress``. The data (seed ``seed``) and its order (one permutation per epoch, seed ``seed + 1``)
-    do not depend on the techniques, so every configuration sees the same batches as the baseline.
+    ``progress``, and the stop condition: ``max_retries`` (int ≥ 0), ``lr_backoff`` (in (0, 1)) and
+    ``explode_factor`` (> 1) — see the module docstring; on a healthy run they change nothing. The data
+    (seed ``seed``) and its order (one permutation per epoch, seed ``seed + 1``) do not depend on the
+    techniques, so every configuration sees the same batches as the baseline.
+
+    The record: ``config``, ``seeds``, ``history`` (one dict per step run: ``step``, ``loss`` before the
+    step, ``skipped``, ``bytes`` — counted on skipped and rolled-back steps too —, ``scale`` after the step
+    and any rollback, ``seconds``), ``losses``,
+    ``bytes_communicated_per_worker``, ``memory_report``, ``measured_first_step_peak_bytes_all_workers``,
+    ``measured_peak_bytes_per_worker`` (N ints), ``examples_per_second``, ``rollbacks`` (``{"step",
+    "reason", "lr"}`` each, ``lr`` after lowering), ``stopped`` (None or the reason, naming the step),
+    ``final_params`` (the last good state's weights when stopped) and ``wall_time_s``.
     """
     c = validate_train_config(config)
     widths = c["layer_widths"]
@@ -160,17 +219,40 @@ def train(config: Mapping | None = None) -> dict[str, Any]:
     order = np.random.default_rng(c["seed"] + 1)
     batches_per_epoch = c["n"] // c["batch"]
     history: list[dict[str, Any]] = []
-    peak = None
+    peak, worker_peaks, rollbacks, stopped = None, None, [], None
+    lr, smallest = c["lr"], float("inf")
+    last_good = (params, states, scaler)  # replaced at every good step; references suffice (nothing mutates)
     for step in tqdm(range(c["steps"]), desc="train", disable=not c["progress"]):
         if step % batches_per_epoch == 0:
             permutation = order.permutation(c["n"])
         rows = permutation[(step % batches_per_epoch) * c["batch"]:(step % batches_per_epoch + 1) * c["batch"]]
         Xb, Yb = X[rows], Y[rows]
-        if peak is None:  # measure the first step's peak allocation
-            (params, states, scaler, info), peak = peak_memory_bytes(train_step, params, states, scaler, Xb, Yb, c)
+        if peak is None:  # the first step: each worker's gradient alone, then the whole step
+            worker_peaks = _worker_peaks(params, scaler, Xb, Yb, c)
+            tic = time.perf_counter()
+            (new_params, new_states, new_scaler, info), peak = peak_memory_bytes(
+                train_step, params, states, scaler, Xb, Yb, c, lr)
         else:
-            params, states, scaler, info = train_step(params, states, scaler, Xb, Yb, c)
-        history.append({"step": step, **info, "scale": float(scaler["scale"]) if c["precision"] == "mixed" else 1.0})
+            tic = time.perf_counter()
+            new_params, new_states, new_scaler, info = train_step(params, states, scaler, Xb, Yb, c, lr)
+        loss = info["loss"]
+        if np.isfinite(loss) and loss <= c["explode_factor"] * smallest:  # good: its starting state is kept
+            last_good = (params, states, scaler)
+            smallest = min(smallest, loss)
+            params, states, scaler = new_params, new_states, new_scaler
+        else:  # bad: back to the last good state; a lower learning rate, or the end of the run
+            params, states, scaler = last_good
+            reason = ROLLBACK_REASONS[0] if not np.isfinite(loss) else ROLLBACK_REASONS[1]
+            if len(rollbacks) == c["max_retries"]:
+                stopped = (f"stopped at step {step}: {reason} ({loss!r}), no retries left "
+                           f"(max_retries = {c['max_retries']})")
+            else:
+                lr *= c["lr_backoff"]
+                rollbacks.append({"step": step, "reason": reason, "lr": lr})
+        history.append({"step": step, **info, "scale": float(scaler["scale"]) if c["precision"] == "mixed" else 1.0,
+                        "seconds": time.perf_counter() - tic})
+        if stopped is not None:
+            break
     report_config = {k: c[k] for k in ("layer_widths", "batch", "num_micro_batches", "segment_size", "precision",
                                        "num_workers", "zero_stage")}
     return {
@@ -181,6 +263,10 @@ def train(config: Mapping | None = None) -> dict[str, Any]:
         "bytes_communicated_per_worker": sum(h["bytes"] for h in history),
         "memory_report": memory_report(report_config),
         "measured_first_step_peak_bytes_all_workers": peak,
+        "measured_peak_bytes_per_worker": worker_peaks,
+        "examples_per_second": c["batch"] * len(history) / sum(h["seconds"] for h in history),
+        "rollbacks": rollbacks,
+        "stopped": stopped,
         "final_params": params,
         "wall_time_s": time.perf_counter() - start_time,
     }
