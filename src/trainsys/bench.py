@@ -129,7 +129,7 @@ def bench_book() -> None:
         extensions = config["sphinx"]["local_extensions"]  # resolved next to the config file: make them absolute
         config["sphinx"]["local_extensions"] = {name: str(REPO / path) for name, path in extensions.items()}
         config_path = Path(tmp) / "_config.yml"
-        config_path.write_text(yaml.safe_dump(config))
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))  # nb_ipywidgets_js: require.js first
         start = time.perf_counter()
         subprocess.run([str(BIN / "jupyter-book"), "build", str(REPO), "--config", str(config_path),
                         "--path-output", str(Path(tmp) / "out"), "--warningiserror", "--keep-going"],
