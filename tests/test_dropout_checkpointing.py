@@ -306,3 +306,33 @@ def test_replay_flag_must_be_a_bool():
     _, ckpt = dc.dropout_mlp_forward_checkpointed(params, X, 0.5, rng, 2)
     with pytest.raises(TypeError, match="replay_rng_state"):
         dc.dropout_mlp_backward_checkpointed(params, ckpt, dY, rng, replay_rng_state=1)
+
+
+def test_recompute_block_activations_replays_through_recompute_dropout_block_on_any_bit_generator():
+    """One home: ``checkpointing.recompute_block_activations(..., dropout=...)`` is ``recompute_dropout_block``
+    on a new generator set to the recorded state, whatever NumPy bit generator recorded it (Philox here)."""
+    params, X, _ = _net(WIDTHS)
+    rng = np.random.Generator(np.random.Philox(11))
+    _, ckpt = dc.dropout_mlp_forward_checkpointed(params, X, 0.5, rng, 4)
+    after = rng.bit_generator.state
+    for k, (x_in, state) in enumerate(zip(ckpt["boundaries"], ckpt["rng_states"])):
+        start, stop = 4 * k, min(4 * k + 4, len(params))
+        mine = np.random.Generator(np.random.Philox())
+        mine.bit_generator.state = state
+        want = dc.recompute_dropout_block(params, x_in, start, stop, 0.5, mine)
+        got = ck.recompute_block_activations(params, x_in, start, stop, dropout={"p": 0.5, "rng_state": state})
+        for key in ("a", "keep"):
+            for g, w in zip(got[key], want[key], strict=True):
+                np.testing.assert_array_equal(g, w)
+    np.testing.assert_equal(rng.bit_generator.state, after)  # the forward's generator is not read or moved
+
+
+def test_generator_from_state_is_a_new_generator_in_that_state():
+    rng = np.random.default_rng(5)
+    rng.random(3)
+    state = rng.bit_generator.state
+    replay = dc.generator_from_state("s", state)
+    assert replay is not rng and replay.bit_generator is not rng.bit_generator
+    np.testing.assert_array_equal(replay.random(8), rng.random(8))
+    with pytest.raises(ValueError, match=r"s\['bit_generator'\]"):
+        dc.generator_from_state("s", {"bit_generator": "Generator"})  # a numpy.random name, not a bit generator

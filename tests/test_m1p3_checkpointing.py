@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -129,3 +130,51 @@ BAD = [
 def test_m1_part3_bad_input_names_the_argument(fn, args, error, argument) -> None:
     with pytest.raises(error, match=argument.replace("[", r"\[")):
         fn(*args)
+
+
+def test_m1_16_replay_rebuilds_the_dropout_forwards_masks_and_activations_from_the_recorded_state() -> None:
+    from trainsys.memtrain import dropout_checkpointing as dc
+
+    params, X = _net([4, 7, 6, 7, 5, 2], n=6)
+    L = len(params)
+    for p in (0.0, 0.3, 0.5):
+        _, plain = dc.dropout_mlp_forward(params, X, p, np.random.default_rng(3))
+        for s in (1, 2, 3, L):
+            _, ckpt = dc.dropout_mlp_forward_checkpointed(params, X, p, np.random.default_rng(3), s)
+            for k, (x_in, state) in enumerate(zip(ckpt["boundaries"], ckpt["rng_states"])):
+                start, stop = k * s, min(k * s + s, L)
+                before = np.random.get_state()[1].copy()
+                got = ck.recompute_block_activations(params, x_in, start, stop, dropout={"p": p, "rng_state": state})
+                np.testing.assert_array_equal(np.random.get_state()[1], before)  # no other generator touched
+                assert set(got) == {"a", "keep"} and got["a"][0] is x_in
+                assert state == ckpt["rng_states"][k] and state is ckpt["rng_states"][k]
+                assert len(got["keep"]) == min(stop, L - 1) - start  # the top mask when the top layer is hidden
+                for g, want in zip(got["a"], plain["a"][start:stop], strict=True):
+                    np.testing.assert_array_equal(g, want)
+                for g, want in zip(got["keep"], plain["keep"][start:stop], strict=True):
+                    assert g.dtype == np.bool_
+                    np.testing.assert_array_equal(g, want)
+
+
+def test_m1_16_without_dropout_the_result_is_unchanged() -> None:
+    params, X = _net([4, 7, 6, 2])
+    _, cache = ck.deep_mlp_forward(params, X)
+    got = ck.recompute_block_activations(params, X, 0, 3, dropout=None)
+    assert set(got) == {"a"} and len(got["a"]) == 3
+    for g, want in zip(got["a"], cache["a"], strict=True):
+        np.testing.assert_array_equal(g, want)
+
+
+@pytest.mark.parametrize(("dropout", "error", "argument"), [
+    ({"p": 1.0, "rng_state": np.random.default_rng(0).bit_generator.state}, ValueError, "dropout['p']"),
+    ({"p": "0.5", "rng_state": np.random.default_rng(0).bit_generator.state}, TypeError, "dropout['p']"),
+    ({"p": 0.5}, ValueError, "dropout"),
+    ([0.5], TypeError, "dropout"),
+    ({"p": 0.5, "rng_state": 7}, TypeError, "dropout['rng_state']"),
+    ({"p": 0.5, "rng_state": {"bit_generator": "MT1993"}}, ValueError, "dropout['rng_state']"),
+    ({"p": 0.5, "rng_state": {"bit_generator": "PCG64", "state": {}}}, ValueError, "dropout['rng_state']"),
+])
+def test_m1_16_bad_dropout_names_the_argument(dropout, error, argument) -> None:
+    params, X = _net([3, 4, 4, 2])
+    with pytest.raises(error, match=re.escape(argument)):
+        ck.recompute_block_activations(params, X, 0, 2, dropout=dropout)

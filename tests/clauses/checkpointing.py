@@ -188,6 +188,14 @@ WITNESSES = {
             existing("recompute_block_activations", "bias folded into an augmented matmul"),
             existing("recompute_block_activations", "result['a'] is a tuple"),
         ],
+        "replay": [
+            existing("recompute_block_activations", "draws fresh dropout masks from np.random.default_rng()"),
+            existing("recompute_block_activations", "replays the masks but drops without scaling"),
+            existing("recompute_block_activations", "replays rng_state but leaves out the top layer's mask"),
+            existing("recompute_block_activations", "draws the top layer's mask first"),
+            existing("recompute_block_activations", "draws a mask for the output layer too"),
+            existing("recompute_block_activations", "divides by (1 - p) instead of multiplying"),
+        ],
     },
     "mlp_backward_checkpointed": {
         "schedule": [

@@ -44,6 +44,31 @@ def _recompute(variant: str):
     return wrong
 
 
+def _recompute_dropout(variant: str):
+    """Replays dropout wrongly: fresh masks from a new unseeded generator, or kept units not scaled by 1/(1-p)."""
+    def wrong(params, x_in, start, stop, dropout=None):
+        out = ref.recompute_block_activations(params, x_in, start, stop, dropout)  # validation; no-dropout answer
+        if dropout is None:
+            return out
+        p = dropout["p"]
+        rng = np.random.default_rng() if variant == "fresh_masks" else np.random.default_rng(0)
+        if variant != "fresh_masks":
+            rng.bit_generator.state = dropout["rng_state"]
+        a, keep, L = [x_in], [], len(params)
+        for l in range(start, stop):
+            if l < stop - 1:
+                h = np.maximum(a[-1] @ params[l]["W"] + params[l]["b"], 0)
+            m = rng.random((x_in.shape[0], params[l]["W"].shape[1])) >= p if l < L - 1 else None
+            if m is not None:
+                keep.append(m)
+            if l < stop - 1:
+                scale = h.dtype.type(1.0) if variant == "no_scale" else h.dtype.type(1.0 / (1.0 - p))
+                a.append(h * m * scale)
+        return {"a": a, "keep": keep}
+
+    return wrong
+
+
 def _backward(variant: str):
     def wrong(params, ckpt_cache, dY_hat):
         grads, count = ref.mlp_backward_checkpointed(params, ckpt_cache, dY_hat)
@@ -98,6 +123,9 @@ MUTANTS = {
         ("also runs the segment's last layer", _recompute("run_last_layer")),
         ("stores pre-activations z instead of activations a", _recompute("store_pre_activation")),
         ("copies x_in instead of reusing the boundary", _recompute("copy_input")),
+        ("draws fresh dropout masks from np.random.default_rng() instead of replaying rng_state",
+         _recompute_dropout("fresh_masks")),
+        ("replays the masks but drops without scaling by 1/(1-p)", _recompute_dropout("no_scale")),
     ],
     "mlp_backward_checkpointed": [
         ("counts every layer as recomputed", _backward("count_every_layer")),

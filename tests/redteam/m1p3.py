@@ -225,15 +225,64 @@ def _rc_augmented(params, x_in, start, stop):
     return {"a": a}
 
 
-def _rc_alt_while(params, x_in, start, stop):
+def _rc_alt_while(params, x_in, start, stop, dropout=None):
     _rc_check(params, x_in, start, stop)
-    acts = [x_in]
+    if dropout is not None:
+        if not isinstance(dropout, dict) or set(dropout) != {"p", "rng_state"}:
+            raise ValueError("dropout must be a dict with the keys 'p' and 'rng_state'")
+        p = dropout["p"]
+        if not 0 <= p < 1:
+            raise ValueError(f"dropout p must be in [0, 1), got {p}")
+        rng = np.random.default_rng()
+        rng.bit_generator.state = dropout["rng_state"]  # the forward used default_rng: PCG64
+    acts, keep = [x_in], []
     l = start
     while len(acts) < stop - start:
         z = linear_forward(acts[-1], params[l]["W"], params[l]["b"])
-        acts.append(relu_forward(z))
+        h = relu_forward(z)
+        if dropout is not None:
+            keep.append(rng.random(h.shape) >= p)
+            h = h * keep[-1]
+            h *= h.dtype.type(1.0 / (1.0 - p))
+        acts.append(h)
         l += 1
-    return {"a": acts}
+    if dropout is None:
+        return {"a": acts}
+    if stop < len(params):  # the top layer's mask: the backward pass enters the block through it
+        keep.append(rng.random((x_in.shape[0], params[stop - 1]["W"].shape[1])) >= p)
+    return {"a": acts, "keep": keep}
+
+
+def _rc_replay(params, x_in, start, stop, dropout, *, top="last", divide=False):
+    """Rebuild with dropout from a generator set to dropout['rng_state']; ``top`` says when (or whether) the
+    top layer's mask is drawn: "last" (after the block's layers, as the forward), "first", "never", "always"
+    (also at the network's output layer); ``divide``: a / (1 - p) instead of a * fl(1 / (1 - p))."""
+    _rc_check(params, x_in, start, stop)
+    p, L, n = dropout["p"], len(params), x_in.shape[0]
+    rng = np.random.Generator(np.random.PCG64())
+    rng.bit_generator.state = dropout["rng_state"]
+    draw_top = top == "always" or (top in ("last", "first") and stop < L)
+    top_mask = lambda: rng.random((n, params[stop - 1]["W"].shape[1])) >= p
+    first = top_mask() if draw_top and top == "first" else None
+    a, keep = [x_in], []
+    for l in range(start, stop - 1):
+        h = relu_forward(linear_forward(a[-1], params[l]["W"], params[l]["b"]))
+        m = rng.random(h.shape) >= p
+        keep.append(m)
+        a.append(h * m / h.dtype.type(1 - p) if divide else h * m * h.dtype.type(1 / (1 - p)))
+    if draw_top:
+        keep.append(first if first is not None else top_mask())
+    return {"a": a, "keep": keep}
+
+
+def _rc_dropout_variant(**how):
+    def answer(params, x_in, start, stop, dropout=None):
+        if dropout is None:
+            _rc_check(params, x_in, start, stop)
+            return _rc_loop(params, x_in, start, stop)
+        return _rc_replay(params, x_in, start, stop, dropout, **how)
+
+    return answer
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -544,6 +593,14 @@ MUTANTS = {
         ("copies x_in when start == 0 (contract: result['a'][0] is x_in)", _rc_copies_network_input),
         ("bias folded into an augmented matmul (contract: the very functions of the forward, bit for bit)",
          _rc_augmented),
+        ("replays rng_state but leaves out the top layer's mask (contract: one mask per hidden layer of the "
+         "block, the top layer's included)", _rc_dropout_variant(top="never")),
+        ("draws the top layer's mask first, before the block's own (contract: the forward's draws, in layer "
+         "order)", _rc_dropout_variant(top="first")),
+        ("draws a mask for the output layer too when stop == L (contract: dropout follows hidden layers only)",
+         _rc_dropout_variant(top="always")),
+        ("divides by (1 - p) instead of multiplying by 1/(1 - p) (contract: the forward's rounding, bit for bit)",
+         _rc_dropout_variant(divide=True)),
     ],
     "mlp_backward_checkpointed": [
         ("rebuilds every segment from X and reports the formula L - ceil(L/s) (contract: the layers re-run)",

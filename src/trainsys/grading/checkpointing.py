@@ -4,7 +4,8 @@ Depths from 1 to 9 layers, segment sizes from 1 to L (including sizes that do no
 that differ per layer so that an off-by-one boundary has the wrong shape or the wrong values, and a
 float64 network (float64 must stay float64). Recomputed activations and the checkpointed gradients
 must be bit-identical to the plain pass's; inputs (arrays, lists, dicts) are read only; memory is
-measured against the reference's peak measured the same way.
+measured against the reference's peak measured the same way. Lesson 16's rebuild with dropout must
+replay the masks the package's dropout forward drew (``trainsys.memtrain.dropout_checkpointing``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from trainsys.grading._harness import (
     run_cases,
 )
 from trainsys.memtrain import checkpointing as ref
+from trainsys.memtrain import dropout_checkpointing as dropout_ref
 
 TE = (TypeError,)
 """The contract says TypeError (a float such as ``2.0``, or a ``bool``, where an integer is required)."""
@@ -60,6 +62,9 @@ CLAUSES = {
         "failure modes": ("start = 1.0, stop = 3.0", "integer x_in", "start = L = 3"),
         "metric that proves it correct": ("widths=[33, 129, 65, 257, 2], start=0, stop=4",
                                           "widths=[3, 5, 4, 6, 2], start=0, stop=1"),
+        "replay": ("dropout p=0.5, widths=[3, 5, 4, 6, 2], start=0, stop=2",
+                   "dropout p=0.5, widths=[3, 5, 4, 6, 2], start=2, stop=4",
+                   "dropout p=0.3, widths=[4, 8, 8, 8, 8, 3], start=0, stop=3"),
     },
     "mlp_backward_checkpointed": {
         "schedule": ("memory: widths [16] + [128] * 12 + [4]", "memory: widths [2048, 16, 16, 4]"),
@@ -209,8 +214,69 @@ def check_recompute_block_activations(fn: Callable[..., Any]) -> str:
         ("stop = 3.0", TE, "stop", _fixed(params, X, 0, 3.0)),
         ("integer x_in", BAD, "x_in", _fixed(params, np.ones((2, 3), np.int64), 0, 2)),
     ]
+    count = run_cases("recompute_block_activations", fn, ref.recompute_block_activations, cases, compare, invalid,
+                      compare_with_inputs=True, unchanged=assert_unchanged, count_only=True)
+    return passed("recompute_block_activations", count + _check_replay(fn))
+
+
+def _dropout_segments(widths: list[int], n: int, seed: int, p: float, s: int, dtype: type = np.float32) -> list:
+    """``(params, start, stop, x_in, recorded state)`` of every segment of a checkpointed dropout forward."""
+    params, X = _net64(widths, n, seed) if dtype is np.float64 else _net(widths, n, seed)
+    _, ckpt = dropout_ref.dropout_mlp_forward_checkpointed(params, X, p, np.random.default_rng([seed, 1]), s)
+    L = len(params)
+    return [(params, k * s, min((k + 1) * s, L), x_in, state)
+            for k, (x_in, state) in enumerate(zip(ckpt["boundaries"], ckpt["rng_states"]))]
+
+
+def _check_replay(fn: Callable[..., Any]) -> int:
+    """With ``dropout={"p", "rng_state"}``: the forward's masks replayed, activations and masks bit for bit.
+
+    Run after the cases without dropout, so an answer without the keyword fails here and nowhere before.
+    The reference is the package's, which rebuilds from the recorded state with the very draws of
+    ``dropout_mlp_forward_checkpointed`` (one ``rng.random((n, w))`` per hidden layer, the top layer's
+    included); a fresh generator, a mask drawn out of order or left out, or a missing or differently
+    rounded ``1/(1 − p)`` changes ``keep`` or ``a``. ``p = 0.3`` makes ``1/(1−p)`` inexact in float32.
+    """
+    cases = []
+    for widths, n, seed, p, s, dtype, picks in (
+        ([3, 5, 4, 6, 2], 4, 70, 0.5, 2, np.float32, (0, 1)),
+        ([4, 8, 8, 8, 8, 3], 6, 71, 0.3, 3, np.float32, (0, 1)),
+        ([3, 5, 4, 6, 2], 5, 72, 0.5, 1, np.float32, (1,)),
+        ([4, 6, 5, 3], 3, 73, 0.3, 2, np.float64, (0,)),
+    ):
+        segments = _dropout_segments(widths, n, seed, p, s, dtype)
+        for k in picks:
+            params, start, stop, x_in, state = segments[k]
+            net = "float64 network " if dtype is np.float64 else ""
+            cases.append((f"dropout p={p}, {net}widths={widths}, start={start}, stop={stop}",
+                          _fixed(params, x_in, start, stop, dropout={"p": p, "rng_state": state})))
+    fresh = dict(cases)
+
+    def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
+        if not isinstance(got, dict) or set(got) != {"a", "keep"}:
+            raise CheckFailure(f"[{label}] with dropout, must return a dict with the keys 'a' and 'keep'")
+        _array_list(label, "result['a']", got["a"], expected["a"])
+        if not np.shares_memory(got["a"][0], inputs[0][1]):
+            raise CheckFailure(f"[{label}] result['a'][0] must be x_in itself (the boundary), not a copy")
+        keep = got["keep"]
+        if not isinstance(keep, list) or len(keep) != len(expected["keep"]):
+            kind = f"a list of {len(keep)}" if isinstance(keep, list) else type(keep).__name__
+            raise CheckFailure(f"[{label}] result['keep'] must be a list of {len(expected['keep'])} masks (one per "
+                               f"hidden layer of the block, the top layer's included when it is hidden), got {kind}")
+        for i, (g, e) in enumerate(zip(keep, expected["keep"])):
+            if not isinstance(g, np.ndarray) or g.dtype != np.bool_ or not np.array_equal(g, e):
+                raise CheckFailure(f"[{label}] result['keep'][{i}] is not the forward's mask (a bool array drawn "
+                                   "from a generator set to dropout['rng_state'], in layer order)")
+        assert_unchanged(label, "dropout", fresh[label]()[1]["dropout"], inputs[1]["dropout"])
+
+    params, X = _net([3, 4, 4, 2], 2, 9)
+    state = np.random.default_rng(0).bit_generator.state
+    invalid = [
+        ("dropout with p = 1", VE, "p", _fixed(params, X, 0, 2, dropout={"p": 1.0, "rng_state": state})),
+        ("dropout without 'rng_state'", BAD, "dropout", _fixed(params, X, 0, 2, dropout={"p": 0.5})),
+    ]
     return run_cases("recompute_block_activations", fn, ref.recompute_block_activations, cases, compare, invalid,
-                     compare_with_inputs=True, unchanged=assert_unchanged)
+                     compare_with_inputs=True, unchanged=assert_unchanged, count_only=True)
 
 
 # --- Lesson 17 -------------------------------------------------------------------------------------

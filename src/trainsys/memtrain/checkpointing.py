@@ -29,6 +29,7 @@ from trainsys._validation import (
     require_float_array,
     require_generator,
     require_int,
+    require_keys,
 )
 from trainsys.memtrain.mlp import first_linear_backward, linear_backward, linear_forward, relu_backward, relu_forward
 
@@ -151,19 +152,41 @@ def mlp_forward_checkpointed(
 
 # --- Lesson 16 -------------------------------------------------------------------------------------
 def recompute_block_activations(
-    params: list[Layer], x_in: np.ndarray, start: int, stop: int
+    params: list[Layer], x_in: np.ndarray, start: int, stop: int, dropout: Mapping[str, object] | None = None
 ) -> dict[str, list[np.ndarray]]:
     """Rebuild the cache of layers ``start … stop−1`` from their input ``x_in = a_start``.
 
     Returns ``{"a": [a_start, …, a_{stop−1}]}`` — ``x_in`` itself first, then ``stop − start − 1``
     recomputed activations, each bit-identical to the plain forward's (same operations, same order).
     Layer ``stop − 1`` is not run: its output is the next boundary (or the network's output).
+
+    ``dropout = {"p": p, "rng_state": σ}`` rebuilds a block of the network with inverted dropout after
+    every hidden ReLU (:mod:`trainsys.memtrain.dropout_checkpointing`), ``σ`` the ``bit_generator.state``
+    its checkpointed forward recorded at this segment's start. The masks are *replayed*: a new generator
+    is set to ``σ`` (no other generator is read or moved) and
+    :func:`~trainsys.memtrain.dropout_checkpointing.recompute_dropout_block` rebuilds the block from it,
+    returning ``{"a": [...], "keep": [m_start, …]}`` — the forward's activations and masks bit for bit,
+    the top layer's mask included when that layer is hidden (``stop < L``). Validated after the bounds:
+    ``dropout`` a dict with exactly those keys (naming ``dropout``), ``0 ≤ p < 1`` (naming ``dropout['p']``),
+    ``σ`` a NumPy bit generator's state (naming ``dropout['rng_state']``).
     """
     params = validate_deep_params(params)
     x_in = require_float_array("x_in", x_in, ndim=2)
     start = require_int("start", start, minimum=0, maximum=len(params) - 1)
     stop = require_int("stop", stop, minimum=start + 1, maximum=len(params))
     require_axis_match("x_in", x_in, 1, f"params[{start}]['W']", params[start]["W"], 0, "input-feature")
+    if dropout is not None:
+        # imported here: dropout_checkpointing builds on this module
+        from trainsys.memtrain.dropout_checkpointing import (
+            generator_from_state,
+            recompute_dropout_block,
+            validate_dropout_p,
+        )
+
+        require_keys("dropout", dropout, ("p", "rng_state"))
+        p = validate_dropout_p(dropout["p"], "dropout['p']")
+        rng = generator_from_state("dropout['rng_state']", dropout["rng_state"])
+        return recompute_dropout_block(params, x_in, start, stop, p, rng)
     a = [x_in]
     for l in range(start, stop - 1):
         a.append(_layer_forward(params, l, a[-1]))

@@ -59,12 +59,37 @@ CHECKPOINT_CACHE_KEYS: tuple[str, ...] = ("p", "segment_size", "boundaries", "rn
 """The checkpointed cache: ``p``, ``s``, ``[a_0, a_s, …]`` and the generator state at each segment's start."""
 
 
-def validate_dropout_p(p: object) -> float:
-    """Require a dropout probability ``0 ≤ p < 1`` (``p = 1`` keeps nothing and ``1/(1−p)`` is infinite)."""
-    p = require_real("p", p, minimum=0.0)
+def validate_dropout_p(p: object, name: str = "p") -> float:
+    """Require a dropout probability ``0 ≤ p < 1`` (``p = 1`` keeps nothing and ``1/(1−p)`` is infinite).
+
+    ``name`` is the argument's name in the error messages.
+    """
+    p = require_real(name, p, minimum=0.0)
     if p >= 1.0:
-        raise ValueError(f"p must be < 1 (p = 1 drops every unit and divides by 1 - p = 0), got {p}")
+        raise ValueError(f"{name} must be < 1 ({name} = 1 drops every unit and divides by 1 - p = 0), got {p}")
     return p
+
+
+def generator_from_state(name: str, state: object) -> np.random.Generator:
+    """A new ``numpy.random.Generator`` in the recorded ``state`` (a ``bit_generator.state`` dict).
+
+    The bit generator is the one ``state["bit_generator"]`` names (``"PCG64"`` for ``default_rng``),
+    made with a fixed seed and then set to ``state``: no generator the caller holds is read or moved,
+    and no operating-system entropy is drawn. Raises ``TypeError`` (not a dict) or ``ValueError``
+    (not a state of a NumPy bit generator) naming ``name``.
+    """
+    if not isinstance(state, Mapping):
+        raise TypeError(f"{name} must be a bit_generator.state dict, got {describe(state)}")
+    kind = state.get("bit_generator")
+    cls = getattr(np.random, kind, None) if isinstance(kind, str) else None
+    if not (isinstance(cls, type) and issubclass(cls, np.random.BitGenerator)):
+        raise ValueError(f"{name}['bit_generator'] must name a numpy.random bit generator such as 'PCG64', got {kind!r}")
+    bit_generator = cls(0)
+    try:
+        bit_generator.state = dict(state)
+    except (TypeError, ValueError, KeyError) as error:
+        raise ValueError(f"{name} is not a valid {kind} state: {error}") from error
+    return np.random.Generator(bit_generator)
 
 
 def dropout_forward(h: np.ndarray, p: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
