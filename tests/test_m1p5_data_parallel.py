@@ -180,17 +180,9 @@ def test_m1_30_buckets_reverse_order_caps_and_round_trip() -> None:
     assert counts[0] == len(grads) and counts[-1] == 1 and counts == sorted(counts, reverse=True)
 
 
-def _gpt2_small_shapes() -> list[tuple[int, ...]]:
-    """GPT-2 small's 148 parameter tensors in ``named_parameters`` order (Radford et al. 2019; d = 768)."""
-    d, shapes = 768, [(50257, 768), (1024, 768)]
-    for _ in range(12):
-        shapes += [(d,), (d,), (d, 3 * d), (3 * d,), (d, d), (d,), (d,), (d,), (d, 4 * d), (4 * d,), (4 * d, d), (d,)]
-    return shapes + [(d,), (d,)]
-
-
 BUCKET_LISTS = {  # parameter shapes in parameter order; gradients become ready in the reverse order
     "MLP of mixed widths": [(784, 1024), (1024,), (1024, 4096), (4096,), (4096, 256), (256,), (256, 10), (10,)],
-    "GPT-2 small": _gpt2_small_shapes(),
+    "GPT-2 small": list(bk.gpt2_parameter_shapes().values()),
     "embedding larger than the cap": [(50257, 768), (768,), (768, 768), (768,)],
     "tensor larger than the cap in the middle": [(256, 256), (256,), (8192, 1024), (1024,), (1024, 64), (64,)],
 }
@@ -210,8 +202,14 @@ def test_m1_30_assign_buckets_equals_torchs_own_assignment(name: str, first: int
 
 
 def test_m1_30_gpt2_small_at_ddps_defaults() -> None:
-    """The count the issue measured: 13 buckets for GPT-2 small at 25 MiB with a 1 MiB first bucket."""
-    sizes = [4 * math.prod(s) for s in _gpt2_small_shapes()[::-1]]
+    """GPT-2 small's 148 tensors hold its 124,439,808 parameters (the transformer explorer's count), and make
+    13 buckets at 25 MiB with a 1 MiB first bucket."""
+    from trainsys.memtrain.transformer_memory import PRESETS, transformer_parameter_count
+
+    shapes = bk.gpt2_parameter_shapes()
+    assert len(shapes) == 148
+    assert sum(math.prod(s) for s in shapes.values()) == transformer_parameter_count(PRESETS["gpt2-small"])
+    sizes = [4 * math.prod(s) for s in list(bk.gpt2_parameter_shapes().values())[::-1]]
     assert len(bk.assign_buckets(sizes, bk.DDP_BUCKET_CAP_BYTES, bk.DDP_FIRST_BUCKET_CAP_BYTES)) == 13
 
 
@@ -265,6 +263,8 @@ BAD = [
     (dp.data_parallel_train_step, (_problem(4)[0], [], 0.1), ValueError, "shards"),
     (dp.data_parallel_train_step, (*_problem(4)[:1], [_problem(4)[1:]], 0.0), ValueError, "lr"),
     (bk.bucket_gradients, ({"w": np.ones(3)}, 0), ValueError, "bucket_cap_bytes"),
+    (bk.gpt2_parameter_shapes, (0,), ValueError, "d"),
+    (bk.gpt2_parameter_shapes, (768, 12.0), TypeError, "layers"),
     (bk.bucket_gradients, ({"w": np.ones(3)}, -1), ValueError, "bucket_cap_bytes"),
     (bk.bucket_gradients, ({"w": np.ones(3)}, 8, 0), ValueError, "first_bucket_cap_bytes"),
     (bk.bucket_gradients, ({"w": np.ones(3), "b": np.ones(3, np.float32)}, 8), ValueError, "grads"),

@@ -44,6 +44,22 @@ DDP_FIRST_BUCKET_CAP_BYTES: int = 1024 * 1024
 """PyTorch DDP's default first-bucket cap (1 MiB)."""
 
 
+def gpt2_parameter_shapes(d: int = 768, layers: int = 12, vocab: int = 50257, context: int = 1024
+                          ) -> dict[str, tuple[int, ...]]:
+    """GPT-2's parameter tensors in ``named_parameters`` order (Radford et al. 2019; defaults: GPT-2 small,
+    148 tensors, 124,439,808 parameters with the output layer tied to ``wte``): a realistic list of
+    gradient sizes for bucketing."""
+    d, layers = require_int("d", d, minimum=1), require_int("layers", layers, minimum=1)
+    vocab, context = require_int("vocab", vocab, minimum=1), require_int("context", context, minimum=1)
+    shapes: dict[str, tuple[int, ...]] = {"wte": (vocab, d), "wpe": (context, d)}
+    for i in range(layers):
+        shapes.update({f"h{i}.ln_1.w": (d,), f"h{i}.ln_1.b": (d,), f"h{i}.attn.c_attn.w": (d, 3 * d),
+                       f"h{i}.attn.c_attn.b": (3 * d,), f"h{i}.attn.c_proj.w": (d, d), f"h{i}.attn.c_proj.b": (d,),
+                       f"h{i}.ln_2.w": (d,), f"h{i}.ln_2.b": (d,), f"h{i}.mlp.c_fc.w": (d, 4 * d),
+                       f"h{i}.mlp.c_fc.b": (4 * d,), f"h{i}.mlp.c_proj.w": (4 * d, d), f"h{i}.mlp.c_proj.b": (d,)})
+    return {**shapes, "ln_f.w": (d,), "ln_f.b": (d,)}
+
+
 def _caps(bucket_cap_bytes: object, first_bucket_cap_bytes: object) -> tuple[int, int]:
     cap = require_int("bucket_cap_bytes", bucket_cap_bytes, minimum=1)
     first = cap if first_bucket_cap_bytes is None else require_int("first_bucket_cap_bytes",
