@@ -14,12 +14,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from trainsys.course import REPO, assignments, make_course_copy, run_nbgrader, solved_answers, submit
+from trainsys.course import REPO, assignments, generate_releases, make_course_copy, run_nbgrader, solved_answers, submit
 
 ASSIGNMENTS = assignments()
-# nbgrader's autograde end to end on one NumPy part and one PyTorch part (every lesson's cells already run,
-# hidden checks included, under nbval; the pipeline itself is the same for every part)
-AUTOGRADED = ["m1p1-mlp-core", "m3p4-param-aggregation"]
+# nbgrader's autograde end to end on one NumPy part and one PyTorch part, the two shortest (every lesson's
+# cells already run, hidden checks included, under nbval; the pipeline itself is the same for every part,
+# and tests/test_autograde_class.py grades a whole class on Part 1)
+AUTOGRADED = ["m2p3-param-utilities", "m3p1-model-dataset"]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,16 @@ def test_release_notebooks_are_fresh(course: Path) -> None:
             assert _canonical(course / "notebooks" / assignment / name) == _canonical(
                 REPO / "notebooks" / assignment / name
             ), f"notebooks/{assignment}/{name} is stale: run `make release`"
+
+
+def test_generating_releases_refuses_unknown_assignments_and_reports_nbgrader_failures(tmp_path: Path) -> None:
+    (tmp_path / "solutions" / "broken").mkdir(parents=True)
+    (tmp_path / "solutions" / "broken" / "01_lesson.ipynb").write_text("{ not a notebook")
+    with pytest.raises(ValueError, match=r"names must be assignments of .*unknown \['nope'\]"):
+        generate_releases(tmp_path, ["nope"])
+    with pytest.raises(RuntimeError, match=r"(?s)generating the releases of \['broken'\] failed.*broken"):
+        generate_releases(tmp_path)
+    assert not list((tmp_path / "notebooks").glob("broken/*.ipynb")), "a failed release must not look generated"
 
 
 def test_release_hides_solutions_and_hidden_tests() -> None:

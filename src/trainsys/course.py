@@ -47,12 +47,47 @@ def run_nbgrader(course: Path, *args: str, timeout: float = 1800) -> subprocess.
     return result
 
 
+def generate_releases(course: Path, names: list[str] | None = None, timeout: float = 1800) -> None:
+    """``nbgrader generate_assignment NAME --force`` for every assignment of ``course`` (or ``names``).
+
+    One Python process runs nbgrader's own API (``NbGraderAPI.generate_assignment``, what the command
+    calls) for all of them: the release is the command's, byte for byte (a test compares), and the
+    start-up of nbgrader — most of a small assignment's time — is paid once instead of per assignment.
+    Raises ``RuntimeError`` with nbgrader's log when an assignment fails.
+    """
+    names = assignments(course) if names is None else list(names)
+    unknown = sorted(set(names) - set(assignments(course)))
+    if unknown:
+        raise ValueError(f"names must be assignments of {course} ({assignments(course)}), got unknown {unknown}")
+    result = subprocess.run([str(BIN / "python"), "-m", "trainsys.course", "generate", *names], cwd=course,
+                            env=nbgrader_env(course), capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"generating the releases of {names} failed ({result.returncode}):\n"
+                           f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+
+
+def _generate(names: list[str]) -> int:
+    """In the nbgrader environment :func:`generate_releases` sets up: generate each release; 0 if all succeed."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.apps.nbgraderapp import NbGraderApp
+
+    app = NbGraderApp()
+    app.initialize([])  # reads autograder/nbgrader_config.py through JUPYTER_CONFIG_PATH, as the command does
+    api = NbGraderAPI(config=app.config)
+    for name in names:
+        outcome = api.generate_assignment(name, force=True)
+        if not outcome["success"]:
+            print(f"nbgrader generate_assignment {name} failed:\n{outcome.get('error', '')}\n{outcome.get('log', '')}",
+                  file=sys.stderr)
+            return 1
+    return 0
+
+
 def make_course_copy(target: Path) -> Path:
     """Copy ``solutions/`` into ``target`` and generate a release there, as an instructor would."""
     target.mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO / "solutions", target / "solutions", dirs_exist_ok=True)
-    for assignment in assignments(target):
-        run_nbgrader(target, "generate_assignment", assignment, "--force")
+    generate_releases(target)
     return target
 
 
@@ -93,3 +128,9 @@ def lesson_words(notebook: Path) -> int:
     from trainsys.syllabus import markdown_words
 
     return markdown_words(nbformat.read(notebook, as_version=4))
+
+
+if __name__ == "__main__":  # python -m trainsys.course generate NAME… (run by generate_releases)
+    if len(sys.argv) < 3 or sys.argv[1] != "generate":
+        sys.exit("usage: python -m trainsys.course generate ASSIGNMENT [ASSIGNMENT …]")
+    sys.exit(_generate(sys.argv[2:]))

@@ -152,6 +152,25 @@ def arrival_weights(stale: Sequence[int], stale_weighting: str) -> list[float] |
     return list(map(float, raw / raw.sum()))
 
 
+def round_arrivals(t: int, num_workers: int, miss_prob: float, schedule: Mapping[int, frozenset[int]] | None,
+                   staleness: Mapping[int, int], fault_rng: np.random.Generator
+                   ) -> tuple[frozenset[int], list[int], dict[int, int]]:
+    """Round ``t``'s absent workers, the arrivals (ascending) and each arrival's effective staleness.
+
+    Without a schedule, ``fault_rng.random(N)`` is drawn (every round, whatever the probability) and the
+    workers with ``u < miss_prob`` are absent; with one, ``schedule.get(t, ∅)``. An arrival's staleness is
+    ``min(staleness.get(i, 0), t - 1)``. The arguments are those :func:`validate_faults` returns; the
+    simulation and the torch.distributed job (every rank, with its own generator seeded alike) call this
+    one function, so they agree on who arrives.
+    """
+    if schedule is None:
+        absent = frozenset(np.flatnonzero(fault_rng.random(num_workers) < miss_prob).tolist())  # (N,) draws
+    else:
+        absent = schedule.get(t, frozenset())
+    arrived = [i for i in range(num_workers) if i not in absent]
+    return absent, arrived, {i: min(staleness.get(i, 0), t - 1) for i in arrived}
+
+
 def train_diloco_with_faults(
     config: DiLoCoConfig | Mapping | None,
     *,
@@ -194,12 +213,7 @@ def train_diloco_with_faults(
     worker_steps = [0] * N
     with _progress(cfg, "DiLoCo (faults)") as bar:
         for t in range(1, T + 1):
-            if sched is None:
-                absent = frozenset(np.flatnonzero(fault_rng.random(N) < p).tolist())  # (N,) draws every round
-            else:
-                absent = sched.get(t, frozenset())
-            arrived = [i for i in range(N) if i not in absent]
-            eff = {i: min(stale_of.get(i, 0), t - 1) for i in arrived}
+            absent, arrived, eff = round_arrivals(t, N, p, sched, stale_of, fault_rng)
             rebased, losses = [], []
             for i in arrived:
                 base = globals_so_far[t - 1 - eff[i]]  # θ^(t-1-s)

@@ -154,6 +154,28 @@ def sort_out_reports(selected: list[int], drops: np.ndarray, times: np.ndarray, 
     return {"reported": reported, "dropped": dropped, "late": late, "surplus": surplus, "round_time_s": round_time}
 
 
+def draw_round(num_clients: int, fraction: float, rng: np.random.Generator, fault_rng: np.random.Generator, *,
+               dropout_rate: float, deadline: float | None, overselect: float, straggler: LogNormalLatency
+               ) -> tuple[list[int], dict[int, int], dict[str, object]]:
+    """One round's draws, in their fixed order: ``(selected, seeds, fates)``.
+
+    ``select_clients(K, m'/K, rng)`` with :math:`m = \max(\lceil CK\rceil, 1)` and ``m'`` =
+    :func:`overselected_count`; ``rng.integers(0, 2**31 - 1, size=m')`` (client ``selected[i]`` trains
+    with the ``i``-th seed: ``seeds`` maps id → seed) — as ``run_communication_round`` —; then
+    :func:`draw_client_fates` from ``fault_rng`` and :func:`sort_out_reports` against ``m``. The
+    simulation and the torch.distributed job (every rank, with generators seeded alike) call this one
+    function, so they agree on every client's fate. Arguments are assumed validated.
+    """
+    m = clients_per_round(num_clients, fraction)
+    m_sel = overselected_count(m, overselect, num_clients)
+    selected = select_clients(num_clients, m_sel / num_clients, rng)
+    if len(selected) != m_sel:  # clients_per_round(K, m'/K) == m' for every K the config allows
+        raise RuntimeError(f"select_clients returned {len(selected)} clients, expected {m_sel}")
+    seeds = dict(zip(selected, (int(s) for s in rng.integers(0, 2**31 - 1, size=m_sel))))
+    drops, times = draw_client_fates(fault_rng, num_clients, dropout_rate, straggler)
+    return selected, seeds, sort_out_reports(selected, drops, times, m, deadline)
+
+
 def run_faulty_round(global_model: nn.Module, dataset: LabelledDataset, partition: Partition, config: FedAvgConfig,
                      rng: np.random.Generator, fault_rng: np.random.Generator, *, dropout_rate: float,
                      deadline: float | None, overselect: float, straggler: LogNormalLatency) -> dict[str, object]:
@@ -164,15 +186,9 @@ def run_faulty_round(global_model: nn.Module, dataset: LabelledDataset, partitio
     :func:`draw_client_fates` from ``fault_rng``. Arguments are assumed validated (see
     :func:`run_fedavg_with_faults`).
     """
-    K = len(partition)
-    m = clients_per_round(K, config.fraction)
-    m_sel = overselected_count(m, overselect, K)
-    selected = select_clients(K, m_sel / K, rng)
-    if len(selected) != m_sel:  # clients_per_round(K, m'/K) == m' for every K the config allows
-        raise RuntimeError(f"select_clients returned {len(selected)} clients, expected {m_sel}")
-    seeds = dict(zip(selected, (int(s) for s in rng.integers(0, 2**31 - 1, size=m_sel))))
-    drops, times = draw_client_fates(fault_rng, K, dropout_rate, straggler)
-    fates = sort_out_reports(selected, drops, times, m, deadline)
+    selected, seeds, fates = draw_round(len(partition), config.fraction, rng, fault_rng, dropout_rate=dropout_rate,
+                                        deadline=deadline, overselect=overselect, straggler=straggler)
+    m_sel = len(selected)
 
     states, counts, losses, steps = [], [], [], []
     for k in fates["reported"]:  # ascending ids, as run_communication_round aggregates the selected
