@@ -17,7 +17,6 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 
-ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 
 .PHONY: setup vendor browser sandbox book test release grade lab progress bench clean
 
@@ -59,13 +58,11 @@ sandbox:
 test: setup vendor browser sandbox
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax tests solutions
 
-# Lesson headers (XP, estimated time) and the part, module and introduction totals, then the student release.
+# Lesson headers (XP, estimated time) and the part, module and introduction totals, then the student release
+# (nbgrader generate_assignment --force for every part, in one nbgrader process: trainsys.course.generate_releases).
 release: setup
 	$(BIN)/python -m trainsys.syllabus
-	@for a in $(ASSIGNMENTS); do \
-	  rm -rf notebooks/$$a; \
-	  $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; \
-	done
+	$(BIN)/python -c "from trainsys.course import REPO, generate_releases; generate_releases(REPO)"
 
 grade: setup sandbox
 	$(BIN)/python -I -m trainsys.autograde --course $(abspath .) $(GRADE_ARGS)
