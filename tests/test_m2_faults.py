@@ -148,17 +148,13 @@ def test_arrival_weights_are_inverse_staleness_renormalised() -> None:
     assert faults.arrival_weights([0, 5], "none") is None and faults.arrival_weights([], "inverse") == []
 
 
-def _schedule(frac: float, T: int, N: int, seed: int) -> dict[int, list[int]]:
-    """Each worker misses exactly ``frac · T`` rounds, chosen at random: a fraction ``frac`` of its compute lost."""
-    rng, schedule = np.random.default_rng(100 + seed), {}
-    for w in range(N):
-        for r in rng.choice(np.arange(1, T + 1), size=int(frac * T), replace=False):
-            schedule.setdefault(int(r), []).append(w)
-    return schedule
-
-
-EXPERIMENT = {"rounds": 20, "inner_steps": 10, "progress": False}  # default problem: 4 workers, IID
-SEEDS = (0, 1, 2)
+def test_even_absence_schedule_takes_the_same_share_from_every_worker() -> None:
+    schedule = faults.even_absence_schedule(0.25, 20, 4, seed=0)
+    assert all(sum(w in absent for absent in schedule.values()) == 5 for w in range(4))
+    assert set(schedule) <= set(range(1, 21)) and schedule == faults.even_absence_schedule(0.25, 20, 4, seed=0)
+    assert faults.even_absence_schedule(0.0, 20, 4, seed=0) == {}
+    with pytest.raises(ValueError, match="fraction must be in"):
+        faults.even_absence_schedule(1.5, 20, 4, seed=0)
 
 
 def test_experiment_missed_rounds_against_synchronous_baseline_with_the_same_lost_compute() -> None:
@@ -175,18 +171,10 @@ def test_experiment_missed_rounds_against_synchronous_baseline_with_the_same_los
     costs the baseline, slightly more (a mean over two arrivals is noisier, and the outer momentum
     carries the noise): on this problem DiLoCo does not turn the lost compute into a smaller loss.
     """
-    T, N = EXPERIMENT["rounds"], 4
-    diloco, sync = {}, {}
-    for frac in (0.0, 0.25, 0.5):
-        d, s = [], []
-        for seed in SEEDS:
-            rec = faults.train_diloco_with_faults({**EXPERIMENT, "seed": seed}, schedule=_schedule(frac, T, N, seed))
-            assert rec["examples_processed"] == N * round((1 - frac) * T) * 10 * 32
-            d.append(rec["history"][-1]["heldout_loss"])
-            base = loop.train_synchronous_baseline({**EXPERIMENT, "seed": seed, "rounds": round((1 - frac) * T)})
-            assert base["examples_processed"] == rec["examples_processed"]
-            s.append(base["history"][-1]["heldout_loss"])
-        diloco[frac], sync[frac] = np.mean(d), np.mean(s)
+    rows = faults.missed_rounds_experiment()
+    assert [r["examples"] for r in rows] == [4 * round((1 - f) * 20) * 10 * 32 for f in (0.0, 0.25, 0.5)]
+    diloco = {r["fraction"]: r["diloco"] for r in rows}
+    sync = {r["fraction"]: r["synchronous"] for r in rows}
     assert -0.01 < diloco[0.25] - diloco[0.0] < 0.06 and diloco[0.25] + 0.06 < diloco[0.5]
     assert sync[0.0] + 0.02 < sync[0.25] and sync[0.25] + 0.05 < sync[0.5]
     for frac in diloco:  # the same lost compute: DiLoCo is not better, and within 0.08 of the baseline
@@ -205,15 +193,13 @@ def test_experiment_staleness_with_and_without_down_weighting() -> None:
     Staleness hurts a lot (the stale halves re-apply progress already made, amplified by the outer
     momentum 0.9), and the 1/(1+s) weighting of Zhang et al. 2016 removes most of the damage here.
     """
-    loss = {}
-    for s, weighting in ((0, "none"), (1, "none"), (2, "none"), (1, "inverse"), (2, "inverse")):
-        runs = [faults.train_diloco_with_faults({**EXPERIMENT, "seed": seed}, staleness={0: s, 1: s},
-                                                stale_weighting=weighting) for seed in SEEDS]
-        loss[s, weighting] = np.mean([r["history"][-1]["heldout_loss"] for r in runs])
-    loss[0, "inverse"] = loss[0, "none"]  # staleness 0 has uniform weights (bit-for-bit test above)
-    assert loss[0, "none"] + 0.2 < loss[1, "none"] and loss[1, "none"] + 0.4 < loss[2, "none"]
-    assert loss[0, "inverse"] + 0.03 < loss[1, "inverse"] and loss[1, "inverse"] + 0.05 < loss[2, "inverse"]
-    assert loss[1, "inverse"] + 0.15 < loss[1, "none"] and loss[2, "inverse"] + 0.5 < loss[2, "none"]
+    rows = {r["staleness"]: r for r in faults.staleness_experiment()}
+    uniform = {s: r["uniform"] for s, r in rows.items()}
+    inverse = {s: r["inverse"] for s, r in rows.items()}
+    assert uniform[0] == inverse[0]  # staleness 0 has uniform weights (bit-for-bit test above)
+    assert uniform[0] + 0.2 < uniform[1] and uniform[1] + 0.4 < uniform[2]
+    assert inverse[0] + 0.03 < inverse[1] and inverse[1] + 0.05 < inverse[2]
+    assert inverse[1] + 0.15 < uniform[1] and inverse[2] + 0.5 < uniform[2]
 
 
 @pytest.mark.parametrize("kwargs, error, argument", [

@@ -246,3 +246,73 @@ def train_diloco_with_faults(
                         "staleness": dict(stale_of), "stale_weighting": weighting}
     record["examples_processed"] = sum(worker_steps) * cfg.batch_size
     return record
+
+
+# --- the measured experiments (tests, ``make bench`` and the lessons run these) ----------------------------
+EXPERIMENT_CONFIG: dict[str, object] = {"rounds": 20, "inner_steps": 10, "progress": False}
+"""The experiments' problem: the default DiLoCo config (4 IID workers) with T = 20 rounds of H = 10 steps."""
+
+
+def even_absence_schedule(fraction: float, rounds: int, num_workers: int, seed: int) -> dict[int, list[int]]:
+    """A schedule in which **each** worker misses exactly ``round(fraction · T)`` rounds, drawn at random.
+
+    Every worker loses the same share of its compute, so the run does ``(1 - f)`` of the synchronous
+    compute — what :func:`missed_rounds_experiment` gives the baseline. Drawn with
+    ``default_rng(100 + seed)``: worker by worker, ``choice(1..T, size, replace=False)``.
+    """
+    fraction = require_real("fraction", fraction, minimum=0.0)
+    if fraction > 1:
+        raise ValueError(f"fraction must be in [0, 1] (a share of the rounds), got {fraction}")
+    T = require_int("rounds", rounds, minimum=1)
+    N = require_int("num_workers", num_workers, minimum=1)
+    rng, schedule = np.random.default_rng(100 + require_int("seed", seed, minimum=0)), {}
+    for w in range(N):
+        for r in rng.choice(np.arange(1, T + 1), size=round(fraction * T), replace=False):
+            schedule.setdefault(int(r), []).append(w)
+    return schedule
+
+
+def missed_rounds_experiment(fractions: Sequence[float] = (0.0, 0.25, 0.5), seeds: Sequence[int] = (0, 1, 2),
+                             config: Mapping | None = None) -> list[dict[str, float]]:
+    """Final held-out loss with each worker missing a fraction ``f`` of the rounds, vs synchronous training
+    with the same lost compute (``round((1 - f) T)`` rounds' worth of steps), means over ``seeds``.
+
+    Returns one row per fraction: ``{"fraction", "diloco", "synchronous", "examples"}`` (``examples``: the
+    examples both processed, per seed — equal by construction, and checked).
+    """
+    from trainsys.diloco.loop import train_synchronous_baseline
+
+    base = {**EXPERIMENT_CONFIG, **(config or {})}
+    rows = []
+    for f in fractions:
+        diloco, sync, examples = [], [], None
+        for seed in seeds:
+            cfg = {**base, "seed": seed}
+            T, N = cfg["rounds"], setup_run(cfg)["config"].num_workers
+            rec = train_diloco_with_faults(cfg, schedule=even_absence_schedule(f, T, N, seed))
+            syn = train_synchronous_baseline({**cfg, "rounds": round((1 - f) * T)})
+            if syn["examples_processed"] != rec["examples_processed"]:
+                raise AssertionError(f"unequal compute at fraction {f}: {syn['examples_processed']} vs "
+                                     f"{rec['examples_processed']} examples")
+            diloco.append(rec["history"][-1]["heldout_loss"])
+            sync.append(syn["history"][-1]["heldout_loss"])
+            examples = rec["examples_processed"]
+        rows.append({"fraction": float(f), "diloco": float(np.mean(diloco)), "synchronous": float(np.mean(sync)),
+                     "examples": int(examples)})
+    return rows
+
+
+def staleness_experiment(staleness: Sequence[int] = (0, 1, 2), stale_workers: Sequence[int] = (0, 1),
+                         seeds: Sequence[int] = (0, 1, 2), config: Mapping | None = None) -> list[dict[str, float]]:
+    """Final held-out loss when ``stale_workers`` report ``s`` rounds late, with uniform and ``1/(1+s)``
+    weights (means over ``seeds``): one row ``{"staleness", "uniform", "inverse"}`` per ``s``."""
+    base = {**EXPERIMENT_CONFIG, **(config or {})}
+    rows = []
+    for s in staleness:
+        row: dict[str, float] = {"staleness": int(s)}
+        for weighting, key in (("none", "uniform"), ("inverse", "inverse")):
+            runs = [train_diloco_with_faults({**base, "seed": seed}, staleness={w: s for w in stale_workers},
+                                             stale_weighting=weighting) for seed in seeds]
+            row[key] = float(np.mean([r["history"][-1]["heldout_loss"] for r in runs]))
+        rows.append(row)
+    return rows

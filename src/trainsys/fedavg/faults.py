@@ -261,3 +261,58 @@ def run_fedavg_with_faults(
                   bytes_communicated={"up": up, "down": down, "total": up + down},
                   wall_time_s=time.perf_counter() - start)
     return record
+
+
+# --- the measured experiments (tests, ``make bench`` and the lessons run these) ----------------------------
+def dropout_experiment(dropout_rates: tuple[float, ...] = (0.0, 0.3, 0.6), overselects: tuple[float, ...] = (0.0, 1.5),
+                       seeds: tuple[int, ...] = (0, 1), config: Mapping[str, object] | None = None
+                       ) -> list[dict[str, float]]:
+    """Final test accuracy and reporters per round vs drop-out rate, with and without over-selection.
+
+    ``config`` defaults to the pathological non-IID problem (``partition="shards"``, 30 rounds; K = 40,
+    m = 4). One row per ``(dropout_rate, overselect)``: ``{"dropout_rate", "overselect", "selected",
+    "accuracy", "reporters"}`` — means over ``seeds`` of the final accuracy and of the clients aggregated
+    per round.
+    """
+    base = {"partition": "shards", "rounds": 30, **(config or {})}
+    rows = []
+    for p in dropout_rates:
+        for r in overselects:
+            runs = [run_fedavg_with_faults({**base, "seed": s}, dropout_rate=p, overselect=r) for s in seeds]
+            rows.append({"dropout_rate": float(p), "overselect": float(r),
+                         "selected": runs[0]["faults"]["selected_per_round"],
+                         "accuracy": float(np.mean([run["final_test_accuracy"] for run in runs])),
+                         "reporters": float(np.mean([h["aggregated"] for run in runs for h in run["history"]]))})
+    return rows
+
+
+def deadline_experiment(deadlines: tuple[float | None, ...] = (None, 1.5, 1.0, 0.7),
+                        overselects: tuple[float, ...] = (0.0, 1.0), target: float = 0.7,
+                        seeds: tuple[int, ...] = (0, 1), config: Mapping[str, object] | None = None,
+                        straggler: LogNormalLatency = LogNormalLatency()) -> list[dict[str, object]]:
+    """Rounds and simulated seconds to a target accuracy with stragglers, per deadline and over-selection.
+
+    Every client reports after a log-normal time (median 1 s, σ = 0.5 by default); a round lasts until
+    its ``m``-th report or the deadline. ``config`` defaults to the IID problem with 40 rounds. One row
+    per ``(deadline, overselect)``: ``{"deadline", "overselect", "selected", "rounds_to_target",
+    "seconds_to_target", "reporters", "round_seconds"}`` — per seed lists of the first round reaching ``target`` (``None``:
+    never) and of the simulated time until then (the sum of the rounds' ``round_time_s``), and means over
+    seeds and rounds of the clients aggregated and of a round's duration.
+    """
+    from trainsys.fedavg.experiments import rounds_to_target
+
+    base = {"partition": "iid", "rounds": 40, **(config or {})}
+    rows = []
+    for d in deadlines:
+        for r in overselects:
+            runs = [run_fedavg_with_faults({**base, "seed": s}, deadline=d, overselect=r, straggler=straggler)
+                    for s in seeds]
+            reached = [rounds_to_target(run["history"], target) for run in runs]
+            seconds = [None if t is None else float(sum(h["round_time_s"] for h in run["history"][:t]))
+                       for t, run in zip(reached, runs)]
+            rows.append({"deadline": d, "overselect": float(r), "selected": runs[0]["faults"]["selected_per_round"],
+                         "rounds_to_target": reached,
+                         "seconds_to_target": seconds,
+                         "reporters": float(np.mean([h["aggregated"] for run in runs for h in run["history"]])),
+                         "round_seconds": float(np.mean([h["round_time_s"] for run in runs for h in run["history"]]))})
+    return rows
