@@ -1,12 +1,31 @@
-"""Start a ``torchrun`` job on this machine and read back rank 0's result."""
+"""Start a ``torchrun`` job — one node, or several nodes' agents on this machine — and read back rank 0's result.
+
+**Two machines.** :func:`run_nodes` starts ``nnodes`` torchrun *agents* here, exactly as ``nnodes``
+machines would start them; only the addresses differ. On each of two real machines run::
+
+    torchrun --nnodes 2 --nproc-per-node K --rdzv-backend c10d --rdzv-endpoint HOST_A:29400 \
+             --rdzv-id my-job -m trainsys.distributed.ddp_train --out result.json --optimizer zero-adam
+
+with ``HOST_A`` an address of the first machine that the second can reach (its rendezvous store
+listens there), the same ``--rdzv-id`` on both, and the port open between them. The processes
+then find each other through the store; gloo (CPU) and NCCL (GPU) pick a network interface from the
+machine's host name, which on a machine with several interfaces can be the wrong one — name it with
+``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME`` (e.g. ``eth0``). Global rank 0 writes the result, on
+whichever machine it landed (torch's documentation: "torchrun (Elastic Launch)", and the c10d
+rendezvous of ``torch.distributed.elastic``).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +50,71 @@ def run(module: str, nproc: int, *args: str, timeout: float = 300) -> dict[str, 
         if result.returncode != 0 or not out.is_file():
             raise RuntimeError(f"torchrun {module} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
                                f"{result.stderr[-3000:]}")
+        return json.loads(out.read_text())
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (the kernel's choice for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def run_nodes(module: str, nnodes: int, nproc_per_node: int, *args: str, timeout: float = 300,
+              port: int | None = None, join_timeout: float = 60) -> dict[str, Any]:
+    """Start ``nnodes`` torchrun agents here, as ``nnodes`` machines would, and return global rank 0's JSON.
+
+    Each agent runs ``torchrun --nnodes N --nproc-per-node K --rdzv-backend c10d --rdzv-endpoint
+    127.0.0.1:PORT --rdzv-id ID -m module --out FILE args…`` in its own process group (``PORT``: a free
+    port unless given; ``ID``: fresh). The agents meet at the c10d rendezvous (the first to arrive hosts
+    its store), the ``N·K`` processes form one gloo group, and global rank 0 writes ``FILE``. Raises
+    ``ValueError`` at once when a given ``port`` is in use, and ``RuntimeError`` with every agent's output
+    when an agent fails (e.g. the agents have not met within ``join_timeout`` seconds) or the job outlasts
+    ``timeout``; every agent and its workers are killed before it returns or raises.
+    """
+    nnodes = require_int("nnodes", nnodes, minimum=1)
+    nproc_per_node = require_int("nproc_per_node", nproc_per_node, minimum=1)
+    if port is None:
+        port = free_port()
+    else:
+        port = require_int("port", port, minimum=1, maximum=65535)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError as error:  # a foreign listener would leave the agents waiting for a rendezvous
+                raise ValueError(f"port must be free on 127.0.0.1 for the rendezvous store, but {port} is in use "
+                                 f"({error.strerror}); pass another port or none (a free one is chosen)") from None
+    run_id = f"trainsys-{uuid.uuid4().hex[:12]}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        logs = [Path(tmp) / f"node{i}.log" for i in range(nnodes)]
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+                   f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                   f"--rdzv-id={run_id}", f"--rdzv-conf=join_timeout={join_timeout}", "--max-restarts=0",
+                   "-m", module, "--out", str(out), *args]
+        agents = []
+        try:
+            for log in logs:
+                with log.open("w") as handle:
+                    agents.append(subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env,
+                                                   start_new_session=True))
+            deadline = time.monotonic() + timeout
+            while any(a.poll() is None for a in agents) and time.monotonic() < deadline:
+                if any(a.poll() not in (None, 0) for a in agents):
+                    break  # one agent failed: the others would wait for it until their own time-outs
+                time.sleep(0.2)
+            codes = [a.poll() for a in agents]
+        finally:
+            for agent in agents:  # each agent leads its own process group: its workers go with it
+                if agent.poll() is None:
+                    os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
+        if codes != [0] * nnodes or not out.is_file():
+            reason = "timed out" if None in codes else f"exit codes {codes}"
+            tails = "\n".join(f"--- agent {i} ---\n{log.read_text()[-2000:]}" for i, log in enumerate(logs))
+            raise RuntimeError(f"{nnodes}-node torchrun of {module} on 127.0.0.1:{port} failed ({reason} after "
+                               f"at most {timeout} s):\n{tails}")
         return json.loads(out.read_text())
 
 
