@@ -49,6 +49,37 @@ def test_m1_40_run_record_counts_bytes_and_memory() -> None:
     assert run["wall_time_s"] > 0 and np.isfinite(run["losses"]).all()
 
 
+@pytest.mark.parametrize("num_workers, micro", [(2, 1), (3, 2), (4, 3)])
+def test_m1_40_zero_stages_2_and_3_are_executed_bit_identical_to_stage_1_with_their_own_bytes(num_workers, micro):
+    cfg = {"num_workers": num_workers, "num_micro_batches": micro, "segment_size": 2, "steps": 4}
+    runs = {stage: train({**cfg, "zero_stage": stage}) for stage in (1, 2, 3)}
+    psi = sum(p.size for p in runs[1]["final_params"].values())
+    s = -(-psi // num_workers)
+    for stage in (2, 3):  # the same arithmetic: bit for bit
+        assert runs[stage]["losses"] == runs[1]["losses"]
+        for key, value in runs[1]["final_params"].items():
+            np.testing.assert_array_equal(runs[stage]["final_params"][key], value)
+    per_step = {1: max(ring_bytes_per_worker(psi, num_workers, 4)), 2: 2 * (num_workers - 1) * s * 4,
+                3: (2 * micro + 1) * (num_workers - 1) * s * 4}
+    for stage, run in runs.items():
+        assert [h["bytes"] for h in run["history"]] == [per_step[stage]] * 4
+        assert run["bytes_communicated_per_worker"] == 4 * per_step[stage]
+
+
+def test_m1_40_zero_stage_3_sends_its_gathers_on_a_skipped_step_and_stage_2_its_reduce_scatter() -> None:
+    # the float16 overflow run above: steps 1-4 skipped; the gathers and the reduce-scatter happen during the
+    # forward and backward passes, before the overflow is known; stage 2 does not all-gather what was not updated
+    config = {**SMALL, "num_workers": 3, "precision": "mixed", "lr": 1.0, "seed": 3, "steps": 5, "explode_factor": 1e3}
+    runs = {stage: train({**config, "zero_stage": stage}) for stage in (1, 2, 3)}
+    psi = sum(p.size for p in runs[1]["final_params"].values())
+    s = -(-psi // 3)
+    for stage in (2, 3):
+        assert [h["skipped"] for h in runs[stage]["history"]] == [False, True, True, True, True]
+        assert runs[stage]["losses"] == runs[1]["losses"]
+    assert [h["bytes"] for h in runs[2]["history"]] == [2 * 2 * s * 4] + [2 * s * 4] * 4
+    assert [h["bytes"] for h in runs[3]["history"]] == [3 * 2 * s * 4] * 5
+
+
 @pytest.mark.parametrize(("config", "argument"), [
     ({"zero_stage": 4}, "zero_stage"), ({"precision": "bf16"}, "precision"), ({"num_workers": 0}, "num_workers"),
     ({"num_micro_batches": 65}, "num_micro_batches"), ({"segment_size": 9}, "segment_size"), ({"lr": -1.0}, "lr"),

@@ -30,8 +30,8 @@ def _equal_average_step(params, states, scaler, X, Y, c, lr):
     N = c["num_workers"]
     original = ref._worker_gradient
 
-    def mean_gradient(params_, X_k, Y_k, c_, scale):
-        grads, losses = original(params_, X_k, Y_k, c_, scale)
+    def mean_gradient(params_, X_k, Y_k, c_, scale, gather=None):
+        grads, losses = original(params_, X_k, Y_k, c_, scale, gather)
         return {k: g * np.float32(len(X) / (N * len(X_k))) for k, g in grads.items()}, losses
 
     ref._worker_gradient = mean_gradient
@@ -46,6 +46,36 @@ def _bytes_whole_gradient_step(params, states, scaler, X, Y, c, lr):
     params, states, scaler, info = _real_step(params, states, scaler, X, Y, c, lr)
     psi = sum(p.size for p in params.values())
     return params, states, scaler, {**info, "bytes": 4 * psi if c["num_workers"] > 1 else 0}
+
+
+def _stage_bytes_step(rule):
+    """The reference step with the bytes of stages 2 and 3 counted by a wrong ``rule(info, c, psi, s)``."""
+
+    def step(params, states, scaler, X, Y, c, lr):
+        params_, states_, scaler_, info = _real_step(params, states, scaler, X, Y, c, lr)
+        if c["zero_stage"] >= 2:
+            psi = sum(p.size for p in params.values())
+            info = {**info, "bytes": rule(info, c, psi, -(-psi // c["num_workers"]))}
+        return params_, states_, scaler_, info
+
+    return step
+
+
+def _ring_bytes(info, c, psi, s):
+    """ZeRO-2 and -3 billed as the ring: stage 3's gathers forgotten."""
+    return max(ref.ring_bytes_per_worker(psi, c["num_workers"], 4)) if c["num_workers"] > 1 else 0
+
+
+def _gathers_once(info, c, psi, s):
+    """Stage 3 gathers the layers once per step for the forward and once for the backward, whatever M."""
+    N = c["num_workers"]
+    return (3 if c["zero_stage"] == 3 else (1 if info["skipped"] else 2)) * (N - 1) * s * 4
+
+
+def _all_gather_when_skipped(info, c, psi, s):
+    """Stage 2 bills its all-gather on a skipped step too."""
+    N, M = c["num_workers"], c["num_micro_batches"]
+    return ((2 * M + 1) if c["zero_stage"] == 3 else 2) * (N - 1) * s * 4
 
 
 def _own_gradient_step(params, states, scaler, X, Y, c, lr):
@@ -153,6 +183,9 @@ MUTANTS = {
     "train": [
         ("averages the workers' mean gradients equally (uneven shards weighted wrong)", _with_step(_equal_average_step)),
         ("counts the whole gradient as sent by each worker", _with_step(_bytes_whole_gradient_step)),
+        ("bills ZeRO-2 and -3 as the ring (stage 3's parameter gathers forgotten)", _with_step(_stage_bytes_step(_ring_bytes))),
+        ("ZeRO-3 gathers once per step, not before every micro-batch", _with_step(_stage_bytes_step(_gathers_once))),
+        ("ZeRO-2 bills the all-gather on a skipped step", _with_step(_stage_bytes_step(_all_gather_when_skipped))),
         ("steps on worker 0's gradient only (forgets the all-reduce)", _with_step(_own_gradient_step)),
         ("memory report that ignores the ZeRO stage", _report_ignores_zero),
         ("rolls back but does not lower the learning rate", _loop(lower_lr=False)),

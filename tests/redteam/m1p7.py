@@ -796,8 +796,14 @@ def _train_core(config=None, *, weighting="sums", bytes_rule="ring_max", exchang
             else:
                 params, state = zero_optimizer_step(params, worker_grads, state, hp)
         new_scaler = update_loss_scale(scaler, not finite) if (mixed and update_scaler) else scaler
-        if bytes_rule == "ring_max":
-            nbytes = max(ring_bytes_per_worker(psi, N, 4))
+        if bytes_rule == "ring_max":  # the lesson's rule by stage (s = ceil(psi / N) floats of 4 bytes)
+            shard = -(-psi // N)
+            if stage == 3:
+                nbytes = (2 * M + 1) * (N - 1) * shard * 4
+            elif stage == 2:
+                nbytes = (2 if finite else 1) * (N - 1) * shard * 4
+            else:
+                nbytes = max(ring_bytes_per_worker(psi, N, 4))
         elif bytes_rule == "whole":
             nbytes = 4 * psi if N > 1 else 0
         else:

@@ -10,7 +10,29 @@ config and composed in the order a real trainer composes them:
     reduce-scatter + all-gather) ──▶ Adam on the float32 master (sharded state with ZeRO) ──▶ θ
 
 Each worker's gradient is the sum over its examples, scaled by ``N / batch`` before the exchange, so
-the mean over workers is the batch's mean gradient for any shard sizes. With float32 compute every
+the mean over workers is the batch's mean gradient for any shard sizes.
+
+**The exchange, by ZeRO stage** (Rajbhandari et al. 2020; :mod:`~trainsys.memtrain.zero_stages` derives
+the byte counts). With :math:`s = \lceil\Psi/N\rceil` and float32 messages (:math:`b = 4`, also in mixed
+precision: the gradients are exchanged unscaled in float32), the busiest worker sends per step
+
+- stage 0: the ring all-reduce, ``max(ring_bytes_per_worker(Ψ, N, 4))``;
+- stage 1: the same count (:func:`~trainsys.memtrain.zero.zero_optimizer_step`'s reduce-scatter and
+  all-gather move what the ring moves);
+- stage 2: **executed** — each layer's gradients reduce-scattered in backward order, Adam on the worker's
+  shard, the new parameter shards all-gathered: :math:`2(N-1)s\,b` (a skipped step sends the
+  reduce-scatter only, :math:`(N-1)s\,b`: it happens during the backward pass, before anyone knows);
+- stage 3: **executed** — the parameters live only as shards; before every micro-batch's forward each
+  worker all-gathers the layers, and again before its backward (recomputation included), then the
+  reduce-scatter, and the updated shards stay put: :math:`(2M+1)(N-1)s\,b` with ``M`` micro-batches per
+  worker, skipped or not (:math:`3(N-1)s\,b` for ``M = 1``, the paper's :math:`3\Psi`).
+
+Stages 2 and 3 send every message through :func:`~trainsys.memtrain.zero_stages.send_message` and count
+the bytes from that log. Their arithmetic is stage 1's operation for operation (reduction in worker order,
+then the same Adam), so stages 1–3 give bit-identical runs. One simplification: the package's forward
+takes the whole layer list, so a stage-3 worker gathers all layers before a forward (and a backward) and
+frees them after it; gathering one layer at a time — the schedule whose memory is
+:math:`\Psi/N` plus one layer — is :func:`~trainsys.memtrain.zero_stages.train_zero`'s, measured there. With float32 compute every
 configuration follows the plain single-worker baseline to float rounding; float16 compute follows it
 within float16's resolution. :func:`train` returns a run record: the validated config, the
 seed, per-step losses, bytes communicated, the per-worker memory report and the measured peak of the
@@ -48,8 +70,9 @@ allocation: its recorded time is several times the others'.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -57,6 +80,7 @@ from tqdm.auto import tqdm
 
 from trainsys._validation import require_int, require_keys, require_real
 from trainsys.memtrain import zero
+from trainsys.memtrain import zero_stages as zs
 from trainsys.memtrain.accumulation import micro_batch_bounds
 from trainsys.memtrain.checkpointing import (
     deep_mlp_backward,
@@ -123,14 +147,21 @@ def _layers(params: Mapping[str, np.ndarray], dtype: type) -> list[dict[str, np.
     return [{"W": params[f"W{l}"].astype(dtype), "b": params[f"b{l}"].astype(dtype)} for l in range(L)]
 
 
-def _worker_gradient(params: dict, X: np.ndarray, Y: np.ndarray, c: dict, scale: float) -> tuple[dict, float]:
-    """Σ over the worker's examples of the per-example loss gradient (float32), and Σ of the losses."""
+def _worker_gradient(params: dict, X: np.ndarray, Y: np.ndarray, c: dict, scale: float,
+                     gather: Callable[[str], list[dict[str, np.ndarray]]] | None = None) -> tuple[dict, float]:
+    """Σ over the worker's examples of the per-example loss gradient (float32), and Σ of the losses.
+
+    ``gather`` (ZeRO-3): ``phase → layers``, the worker's layers all-gathered from the owners' shards; called
+    before every micro-batch's forward and again before its backward (each gathered copy is dropped after
+    use). Without it the worker holds every layer.
+    """
     dtype = np.float16 if c["precision"] == "mixed" else np.float32
-    layers = _layers(params, dtype)
+    held = _layers(params, dtype) if gather is None else None
     acc = {key: np.zeros_like(value) for key, value in params.items()}
     loss_sum = 0.0
     for start, stop in micro_batch_bounds(len(X), c["num_micro_batches"]):
         x, y = X[start:stop].astype(dtype), Y[start:stop]
+        layers = held if gather is None else gather("forward all-gather")
         if c["segment_size"] is None:
             Y_hat, cache = deep_mlp_forward(layers, x)
         else:
@@ -139,22 +170,102 @@ def _worker_gradient(params: dict, X: np.ndarray, Y: np.ndarray, c: dict, scale:
         loss_sum += float(np.sum(diff.astype(np.float64) ** 2)) / y.shape[1]
         dY = (diff * (2.0 * scale / y.shape[1])).astype(dtype)  # gradient of scale · Σ per-example losses
         del Y_hat, diff
+        if gather is not None:
+            del layers  # freed after the forward; the backward gathers its own copy
+            layers = gather("backward all-gather")
         grads = deep_mlp_backward(layers, cache, dY) if c["segment_size"] is None \
             else mlp_backward_checkpointed(layers, cache, dY)[0]
         for l, g in enumerate(grads):
             acc[f"W{l}"] += g["W"].astype(np.float32) / np.float32(scale)  # unscale in float32
             acc[f"b{l}"] += g["b"].astype(np.float32) / np.float32(scale)
-        del cache, grads
+        del cache, grads, layers
     return acc, loss_sum
+
+
+def _padded(tree: Mapping[str, np.ndarray], lay: zs.ZeroLayout) -> np.ndarray:
+    """``tree`` flattened (key order ``W0, b0, W1, …`` = the layout's) and zero-padded to ``P``: ``(P,)`` float32."""
+    flat = np.zeros(lay.padded, np.float32)
+    flat[:lay.psi] = flatten_params(tree)
+    return flat
+
+
+def _stage3_gatherer(params: dict, c: dict, lay: zs.ZeroLayout, log: list[dict]
+                     ) -> Callable[[int, str], list[dict[str, np.ndarray]]]:
+    """ZeRO-3: ``(k, phase) → worker k's layers``, all-gathered layer by layer from the owners' shards.
+
+    Owner ``j``'s shard is ``S_j`` of the padded float32 master; every piece that crosses to another worker
+    goes through :func:`~trainsys.memtrain.zero_stages.send_message` into ``log`` (``(N-1)s`` elements sent
+    by each owner per gather). The layers come back in the compute dtype.
+    """
+    flat = _padded(params, lay)
+    owners = [zs.ZeroWorker(j) for j in range(lay.num_workers)]
+    widths = lay.layer_widths
+    dtype = np.float16 if c["precision"] == "mixed" else np.float32
+
+    def gather(k: int, phase: str) -> list[dict[str, np.ndarray]]:
+        buf = np.empty(lay.padded, np.float32)  # (P,): this worker's gathered copy
+        layers = []
+        for l, (lo, w_stop, b_stop, hi) in enumerate(lay.layers):
+            zs.gather_to_(k, owners, lay, lo, hi, lambda owner: (flat, 0), buf, 0, log, step=0, phase=phase, layer=l)
+            layers.append({"W": buf[lo:w_stop].reshape(widths[l], widths[l + 1]).astype(dtype),
+                           "b": buf[w_stop:b_stop].astype(dtype)})
+        return layers
+
+    return gather
+
+
+def _reduce_scatter_by_layer(worker_grads: list[dict], lay: zs.ZeroLayout, log: list[dict]) -> list[np.ndarray]:
+    """ZeRO-2/3: each layer's gradients reduce-scattered in backward order; worker ``k`` keeps ``(s,)`` float32.
+
+    :func:`~trainsys.memtrain.zero_stages.reduce_scatter_mean_` sums in worker order and divides by ``N``,
+    the arithmetic of :func:`~trainsys.memtrain.zero.zero_optimizer_step`'s reduce-scatter.
+    """
+    workers = [zs.ZeroWorker(k) for k in range(lay.num_workers)]
+    for w, grads in zip(workers, worker_grads):
+        w.hold("gradients", "full", _padded(grads, lay))
+        w.hold("gradients", "shard", np.zeros(lay.shard, np.float32))
+    for l in range(len(lay.layers) - 1, -1, -1):
+        lo, _, _, hi = lay.layers[l]
+        zs.reduce_scatter_mean_(workers, lay, lo, hi, lambda w: (w.get("gradients", "full"), 0),
+                                lambda w: (w.get("gradients", "shard"), lay.shard_range(w.rank)[0]), log, step=0,
+                                phase="gradient reduce-scatter", layer=l)
+    return [w.get("gradients", "shard") for w in workers]
+
+
+def _sharded_adam(params: dict, grad_shards: list[np.ndarray], states: list[dict], hp: dict, stage: int,
+                  lay: zs.ZeroLayout, log: list[dict]) -> tuple[dict, list[dict]]:
+    """Adam on each worker's shard; at stage 2 the updated shards are all-gathered (logged), at stage 3 they
+    stay where they are (the returned master is their concatenation, an observer's view)."""
+    flat = _padded(params, lay)
+    shards, new_states = [], []
+    for k, (grad, state) in enumerate(zip(grad_shards, states)):
+        a, b = lay.shard_range(k)
+        shard, new_state = zero.local_shard_adam_update(flat[a:b], grad, state, hp)
+        shards.append(shard)
+        new_states.append(new_state)
+    if stage == 2:
+        workers = [zs.ZeroWorker(k) for k in range(lay.num_workers)]
+        for w, shard in zip(workers, shards):
+            w.hold("parameters", "shard", shard)
+            w.hold("parameters", "full", np.empty(lay.padded, np.float32))
+        zs.all_gather_(workers, lay, 0, lay.padded, lambda w: (w.get("parameters", "shard"), lay.shard_range(w.rank)[0]),
+                       lambda w: (w.get("parameters", "full"), 0), log, step=0, phase="parameter all-gather", layer=None)
+        new_flat = workers[0].get("parameters", "full")
+    else:
+        new_flat = np.concatenate(shards)
+    return unflatten_params(new_flat[:lay.psi], params), new_states
 
 
 def _worker_peaks(params: dict, scaler: dict, X: np.ndarray, Y: np.ndarray, c: dict) -> list[int]:
     """``tracemalloc`` peak (bytes) of each worker's gradient computation on its shard of ``(X, Y)``, one at a time."""
     scale = float(scaler["scale"]) if c["precision"] == "mixed" else 1.0
+    gather = _stage3_gatherer(params, c, zs.zero_layout(c["layer_widths"], c["num_workers"]), []) \
+        if c["zero_stage"] == 3 else None
     peaks = []
-    for X_k, Y_k in shard_dataset_across_workers(X, Y, c["num_workers"]):
+    for k, (X_k, Y_k) in enumerate(shard_dataset_across_workers(X, Y, c["num_workers"])):
+        mine = None if gather is None else functools.partial(gather, k)
         with np.errstate(over="ignore", invalid="ignore"):
-            _, peak = peak_memory_bytes(_worker_gradient, params, X_k, Y_k, c, scale)
+            _, peak = peak_memory_bytes(_worker_gradient, params, X_k, Y_k, c, scale, mine)
         peaks.append(int(peak))
     return peaks
 
@@ -163,28 +274,42 @@ def train_step(params: dict, states: Any, scaler: dict, X: np.ndarray, Y: np.nda
                ) -> tuple[dict, Any, dict, dict]:
     """One step on the batch ``(X, Y)`` with learning rate ``lr``; returns new params, optimizer state(s),
     scaler and step info (new objects: the inputs are left as they are)."""
-    N, batch = c["num_workers"], len(X)
+    N, batch, stage = c["num_workers"], len(X), c["zero_stage"]
     scale = float(scaler["scale"]) if c["precision"] == "mixed" else 1.0
+    log: list[dict] = []  # stages 2 and 3: every message of the step
+    lay = zs.zero_layout(c["layer_widths"], N) if stage >= 2 else None
+    gather = _stage3_gatherer(params, c, lay, log) if stage == 3 else None
     worker_grads, loss_sum = [], 0.0
-    for X_k, Y_k in shard_dataset_across_workers(X, Y, N):
+    for k, (X_k, Y_k) in enumerate(shard_dataset_across_workers(X, Y, N)):
         with np.errstate(over="ignore", invalid="ignore"):  # float16 overflow is detected below, not warned
-            grads, losses = _worker_gradient(params, X_k, Y_k, c, scale)
+            grads, losses = _worker_gradient(params, X_k, Y_k, c, scale,
+                                             None if gather is None else functools.partial(gather, k))
         worker_grads.append({k: g * np.float32(N / batch) for k, g in grads.items()})  # mean over workers = ḡ
         loss_sum += losses
     finite = all(np.all(np.isfinite(g)) for grads in worker_grads for g in grads.values())
+    if stage >= 2:  # reduce-scattered during the backward pass, before anyone knows whether to skip
+        with np.errstate(over="ignore", invalid="ignore"):
+            grad_shards = _reduce_scatter_by_layer(worker_grads, lay, log)
     psi = sum(p.size for p in params.values())
-    sent = max(ring_bytes_per_worker(psi, N, 4)) if N > 1 else 0
+
+    def sent() -> int:  # the busiest worker's bytes this step
+        if stage >= 2:
+            return max(zs.bytes_sent_per_worker_per_step(log, N, 1)[0])
+        return max(ring_bytes_per_worker(psi, N, 4)) if N > 1 else 0
+
     if c["precision"] == "mixed":
         scaler = update_loss_scale(scaler, not finite)
     if not finite:
-        return params, states, scaler, {"loss": loss_sum / batch, "skipped": True, "bytes": sent}
+        return params, states, scaler, {"loss": loss_sum / batch, "skipped": True, "bytes": sent()}
     hp = {"lr": lr, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
-    if c["zero_stage"] >= 1:  # reduce-scatter + sharded Adam + all-gather
+    if stage >= 2:  # sharded Adam; stage 2 all-gathers the new parameters, stage 3 keeps them sharded
+        params, states = _sharded_adam(params, grad_shards, states, hp, stage, lay, log)
+    elif stage == 1:  # reduce-scatter + sharded Adam + all-gather
         params, states = zero.zero_optimizer_step(params, worker_grads, states, hp)
     else:  # ring all-reduce, then unsharded Adam on every worker (identical: computed once here)
         flat, _ = ring_all_reduce_mean([flatten_params(g) for g in worker_grads])
         params, states = zero.adam_step(params, unflatten_params(flat[0], params), states, hp)
-    return params, states, scaler, {"loss": loss_sum / batch, "skipped": False, "bytes": sent}
+    return params, states, scaler, {"loss": loss_sum / batch, "skipped": False, "bytes": sent()}
 
 
 def train(config: Mapping | None = None) -> dict[str, Any]:
@@ -193,15 +318,15 @@ def train(config: Mapping | None = None) -> dict[str, Any]:
     ``config`` keys (defaults in ``DEFAULTS``): ``layer_widths``, ``n`` examples, ``batch`` per step,
     ``steps``, Adam ``lr``, ``num_workers``, ``num_micro_batches`` (per worker), ``segment_size`` (None:
     no checkpointing), ``precision`` ("fp32" | "mixed"), ``zero_stage`` (0–3; stages ≥ 1 shard Adam's
-    state — the arithmetic of stages 2 and 3 is the same, only their memory differs), ``seed``,
+    state, stages 2 and 3 run their own exchange — module docstring), ``seed``,
     ``progress``, and the stop condition: ``max_retries`` (int ≥ 0), ``lr_backoff`` (in (0, 1)) and
     ``explode_factor`` (> 1) — see the module docstring; on a healthy run they change nothing. The data
     (seed ``seed``) and its order (one permutation per epoch, seed ``seed + 1``) do not depend on the
     techniques, so every configuration sees the same batches as the baseline.
 
     The record: ``config``, ``seeds``, ``history`` (one dict per step run: ``step``, ``loss`` before the
-    step, ``skipped``, ``bytes`` — counted on skipped and rolled-back steps too —, ``scale`` after the step
-    and any rollback, ``seconds``), ``losses``,
+    step, ``skipped``, ``bytes`` — the busiest worker's, by stage (module docstring), on rolled-back steps
+    too —, ``scale`` after the step and any rollback, ``seconds``), ``losses``,
     ``bytes_communicated_per_worker``, ``memory_report``, ``measured_first_step_peak_bytes_all_workers``,
     ``measured_peak_bytes_per_worker`` (N ints), ``examples_per_second``, ``rollbacks`` (``{"step",
     "reason", "lr"}`` each, ``lr`` after lowering), ``stopped`` (None or the reason, naming the step),

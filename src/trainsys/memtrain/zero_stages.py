@@ -367,17 +367,26 @@ def reduce_scatter_mean_(workers: Sequence[ZeroWorker], layout: ZeroLayout, lo: 
         out[a - base:b - base] = acc / acc.dtype.type(N)
 
 
+def gather_to_(receiver: int, owners: Sequence[ZeroWorker], layout: ZeroLayout, lo: int, hi: int, source: Locator,
+               out: np.ndarray, out_base: int, log: list[dict], *, step: int, phase: str, layer: int | None) -> None:
+    """Worker ``receiver`` receives each owner ``j``'s piece ``[lo, hi) ∩ S_j`` into ``out`` (its own is copied locally).
+
+    Flat position ``x`` lands at ``out[x - out_base]``; ``source`` locates the positions in the owners' arrays.
+    """
+    for j, a, b in layout.pieces(lo, hi):
+        array, base = source(owners[j])
+        piece = array[a - base:b - base]
+        if j != receiver:
+            piece = send_message(log, piece, step=step, phase=phase, layer=layer, sender=j, receiver=receiver)
+        out[a - out_base:b - out_base] = piece
+
+
 def all_gather_(workers: Sequence[ZeroWorker], layout: ZeroLayout, lo: int, hi: int, source: Locator, dest: Locator,
                 log: list[dict], *, step: int, phase: str, layer: int | None) -> None:
     """Every worker receives each owner ``j``'s piece ``[lo, hi) ∩ S_j`` (its own is copied locally)."""
     for k, receiver in enumerate(workers):
         out, out_base = dest(receiver)
-        for j, a, b in layout.pieces(lo, hi):
-            array, base = source(workers[j])
-            piece = array[a - base:b - base]
-            if j != k:
-                piece = send_message(log, piece, step=step, phase=phase, layer=layer, sender=j, receiver=k)
-            out[a - out_base:b - out_base] = piece
+        gather_to_(k, workers, layout, lo, hi, source, out, out_base, log, step=step, phase=phase, layer=layer)
 
 
 # --- arithmetic ---------------------------------------------------------------------------------------
