@@ -296,7 +296,9 @@ def test_m1_24_float16_halves_activation_bytes_as_the_accounting_says() -> None:
     mixed = training_memory_by_precision(12, 20, 3, 64, "mixed")
     assert fp32["activations (float32)"] == bytes32 and mixed["activations (float16)"] == bytes16
     assert mixed["master weights (float32)"] == sum(v.nbytes for v in params.values())
-    with pytest.raises(ValueError, match="precision"):
+    bf16 = training_memory_by_precision(12, 20, 3, 64, "mixed_bf16")  # bfloat16 is 2 bytes too: the same bill
+    assert list(bf16.values()) == list(mixed.values()) and "activations (bfloat16)" in bf16
+    with pytest.raises(ValueError, match="precision must be 'float32', 'mixed' or 'mixed_bf16', got 'bfloat16'"):
         training_memory_by_precision(12, 20, 3, 64, "bfloat16")
 
 

@@ -271,7 +271,10 @@ def training_memory_by_precision(
     - ``"mixed"`` (this module's step): float32 master :math:`4\Psi`, its float16 copy :math:`2\Psi`,
       float16 gradients :math:`2\Psi` and their float32 unscaled copy :math:`4\Psi`, float16
       activations :math:`2n(d_{in}+2h)` — half the float32 activations, for :math:`4\Psi` more
-      parameter-shaped bytes.
+      parameter-shaped bytes;
+    - ``"mixed_bf16"``: the same step in bfloat16 (:mod:`trainsys.memtrain.formats`) — the same bytes,
+      2 per element like float16, but no loss scale: bfloat16 keeps float32's exponent range, so its
+      gradients need no scaling to stay above underflow, and their float32 copy is a plain cast.
     """
     sizes = {name: require_int(name, value, minimum=1)
              for name, value in (("d_in", d_in), ("d_hidden", d_hidden), ("d_out", d_out), ("batch", batch))}
@@ -284,4 +287,8 @@ def training_memory_by_precision(
         return {"master weights (float32)": 4 * psi, "weights (float16 copy)": 2 * psi,
                 "gradients (float16)": 2 * psi, "unscaled gradients (float32)": 4 * psi,
                 "activations (float16)": 2 * acts}
-    raise ValueError(f"precision must be 'float32' or 'mixed', got {precision!r}")
+    if precision == "mixed_bf16":
+        return {"master weights (float32)": 4 * psi, "weights (bfloat16 copy)": 2 * psi,
+                "gradients (bfloat16)": 2 * psi, "gradients (float32 copy)": 4 * psi,
+                "activations (bfloat16)": 2 * acts}
+    raise ValueError(f"precision must be 'float32', 'mixed' or 'mixed_bf16', got {precision!r}")

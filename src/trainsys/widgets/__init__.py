@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import display
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from trainsys.memtrain.accumulation import accumulation_memory_timeline, estimate_accumulation_peak_bytes
 from trainsys.memtrain.checkpointing import checkpointing_memory_timeline, estimate_checkpointing_memory_savings
@@ -202,22 +203,40 @@ def checkpointing_explorer(layer_widths: Sequence[int] | None = None, batch: int
 
 
 def precision_explorer(d_in: int = 784, d_hidden: int = 1024, d_out: int = 10, batch: int = 512) -> widgets.VBox:
-    """Precision → bytes per tensor class of the two-layer MLP's training step (Part 4)."""
-    precisions = ["float32", "float16 mixed (float32 master)"]
+    """Precision → bytes per tensor class of the two-layer MLP's training step (Part 4): float32, float16
+    mixed and bfloat16 mixed (the same bytes as float16, without a loss scale)."""
+    keys = {"float32": "float32", "float16 mixed": "mixed", "bfloat16 mixed": "mixed_bf16"}
+    precisions = list(keys)
+    roles = ["float32 weights", "16-bit weight copy", "16-bit gradients", "float32 gradients", "activations"]
+
+    def role(label: str) -> str:  # the class of a training_memory_by_precision entry, whatever its dtype
+        if label.startswith("activations"):
+            return "activations"
+        if label.startswith("gradients (float16)") or label.startswith("gradients (bfloat16)"):
+            return "16-bit gradients"
+        if "gradients" in label:
+            return "float32 gradients"
+        return "16-bit weight copy" if "copy" in label else "float32 weights"
 
     def draw(precision: str) -> Figure:
-        fig, ax = plt.subplots(figsize=(7.5, 3.2))
+        fig, ax = plt.subplots(figsize=(7.5, 3.4))
+        colors = dict(zip(roles, plt.cm.tab10.colors))
+        longest = 0.0
         for row, name in enumerate(precisions):
-            parts = training_memory_by_precision(d_in, d_hidden, d_out, batch, "float32" if row == 0 else "mixed")
+            parts = training_memory_by_precision(d_in, d_hidden, d_out, batch, keys[name])
             left = 0.0
-            for color, (label, nbytes) in zip(plt.cm.tab10.colors, parts.items()):
-                ax.barh(row, nbytes / MiB, left=left, color=color, edgecolor="black" if name == precision else "none",
-                        label=label if row == 0 else None)
+            for label, nbytes in parts.items():
+                ax.barh(row, nbytes / MiB, left=left, color=colors[role(label)],
+                        edgecolor="black" if name == precision else "none")
                 left += nbytes / MiB
             ax.text(left, row, f" {left:.2f} MiB", va="center", fontsize=8)
-        ax.set_yticks(range(len(precisions)), precisions); ax.set_xlabel("MiB")
-        ax.set_title(f"{d_in}→{d_hidden}→{d_out} MLP, batch {batch}: bytes per tensor class", fontsize=9)
-        ax.legend(fontsize=7, ncol=3, loc="lower right")
+            longest = max(longest, left)
+        ax.set_yticks(range(len(precisions)), precisions); ax.set_xlabel("MiB"); ax.invert_yaxis()
+        ax.set_xlim(0, 1.18 * longest)
+        ax.set_title(f"{d_in}→{d_hidden}→{d_out} MLP, batch {batch}: bytes per tensor class (mixed: float32 master; "
+                     "bfloat16 needs no loss scale)", fontsize=8)
+        ax.legend(handles=[Patch(color=colors[r], label=r) for r in roles], fontsize=7, ncol=5, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.22))
         fig.tight_layout()
         return fig
 
