@@ -18,7 +18,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 
 
-.PHONY: setup vendor browser sandbox book test release grade lab progress bench clean
+.PHONY: setup vendor browser sandbox book test release grade lab progress bench federate clean
 
 setup: $(STAMP)
 
@@ -73,6 +73,11 @@ progress: setup
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.open_browser=False \
 	  --LabApp.news_url=None --ServerApp.allow_root=True
+
+# Federated Averaging on Flower's Deployment Engine: a SuperLink and two SuperNodes on 127.0.0.1 run the course's
+# FedAvg (3 rounds), the record goes to _build/federate.json, and every process started is stopped.
+federate: setup
+	$(BIN)/python -m trainsys.distributed.federate --out $(abspath _build/federate.json) $(FEDERATE_ARGS)
 
 bench: setup vendor sandbox
 	$(BIN)/python -m trainsys.bench
