@@ -56,7 +56,9 @@ def test_a_taken_port_is_refused_before_anything_starts() -> None:
 def test_a_failing_job_reports_every_agent_and_leaves_no_process() -> None:
     # 63 examples cannot be split evenly over two ranks: ddp_train refuses on every rank, both agents fail
     start = time.monotonic()
+    # (an agent that reported its failed worker but hangs on the rendezvous store is stopped, not waited for)
     with pytest.raises(RuntimeError, match=r"(?s)2-node torchrun of trainsys.distributed.ddp_train .* failed "
-                                           r"\(exit codes .*agent 0.*agent 1.*--examples must be divisible"):
+                                           r"\((a worker failed; agent )?exit codes .*agent 0.*agent 1.*"
+                                           r"--examples must be divisible"):
         run_nodes("trainsys.distributed.ddp_train", 2, 1, "--examples", "63", timeout=120)
-    assert time.monotonic() - start < 120 and _agents_alive() == 0
+    assert time.monotonic() - start < 60 and _agents_alive() == 0

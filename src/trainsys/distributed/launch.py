@@ -53,6 +53,12 @@ def run(module: str, nproc: int, *args: str, timeout: float = 300) -> dict[str, 
         return json.loads(out.read_text())
 
 
+WORKER_FAILED = "ChildFailedError"
+"""What a torchrun agent prints when one of its worker processes failed (``torch.distributed.elastic``)."""
+FAILED_AGENT_GRACE_S = 5.0
+"""Seconds an agent that reported a failed worker may take to exit before the job is stopped."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now (the kernel's choice for port 0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -99,10 +105,14 @@ def run_nodes(module: str, nnodes: int, nproc_per_node: int, *args: str, timeout
                 with log.open("w") as handle:
                     agents.append(subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env,
                                                    start_new_session=True))
-            deadline = time.monotonic() + timeout
+            deadline, worker_failed = time.monotonic() + timeout, None
             while any(a.poll() is None for a in agents) and time.monotonic() < deadline:
                 if any(a.poll() not in (None, 0) for a in agents):
                     break  # one agent failed: the others would wait for it until their own time-outs
+                if worker_failed is None and any(WORKER_FAILED in log.read_text() for log in logs):
+                    worker_failed = time.monotonic()  # an agent reported a failed worker ...
+                elif worker_failed is not None and time.monotonic() - worker_failed > FAILED_AGENT_GRACE_S:
+                    break  # ... and has not exited since (an agent can hang on the rendezvous store at shutdown)
                 time.sleep(0.2)
             codes = [a.poll() for a in agents]
         finally:
@@ -111,10 +121,13 @@ def run_nodes(module: str, nnodes: int, nproc_per_node: int, *args: str, timeout
                     os.killpg(agent.pid, signal.SIGKILL)
                 agent.wait()
         if codes != [0] * nnodes or not out.is_file():
-            reason = "timed out" if None in codes else f"exit codes {codes}"
+            if worker_failed is not None:
+                reason = f"a worker failed; agent exit codes {codes}, None: still running, stopped"
+            else:
+                reason = "timed out" if None in codes else f"exit codes {codes}"
             tails = "\n".join(f"--- agent {i} ---\n{log.read_text()[-2000:]}" for i, log in enumerate(logs))
-            raise RuntimeError(f"{nnodes}-node torchrun of {module} on 127.0.0.1:{port} failed ({reason} after "
-                               f"at most {timeout} s):\n{tails}")
+            raise RuntimeError(f"{nnodes}-node torchrun of {module} on 127.0.0.1:{port} failed ({reason}; time "
+                               f"limit {timeout} s):\n{tails}")
         return json.loads(out.read_text())
 
 
