@@ -63,7 +63,7 @@ from trainsys._validation import describe, require_int, require_real
 from trainsys.distributed.flower_app import (CLIENT_APP_REF, RUN_CONNECT_TIMEOUT, RUN_FEDAVG_CONFIG,
                                              RUN_NUM_SUPERNODES, RUN_RECORD_PATH, RUN_ROUND_TIMEOUT, SERVER_APP_REF,
                                              node_config_string)
-from trainsys.distributed.launch import free_port
+from trainsys.distributed.launch import free_port, require_free_port
 from trainsys.fedavg.server import validate_fedavg_config
 
 HOST = "127.0.0.1"
@@ -129,18 +129,6 @@ def flower_command(name: str) -> str:
     if not path.is_file():
         raise RuntimeError(f"{name} not found next to {sys.executable}: is flwr==1.42.0 installed here?")
     return str(path)
-
-
-def require_free_port(name: str, port: object) -> int:
-    """``port`` as an int, after checking that nothing listens on it on 127.0.0.1 (``ValueError`` if so)."""
-    port = require_int(name, port, minimum=1, maximum=65535)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((HOST, port))
-        except OSError as error:
-            raise ValueError(f"{name} must be free on {HOST} for the SuperLink, but {port} is in use "
-                             f"({error.strerror}); pass another port or none (a free one is chosen)") from None
-    return port
 
 
 def _listening(port: int) -> bool:
@@ -246,7 +234,7 @@ def federate(out: str | os.PathLike[str], *, supernodes: int = 2, rounds: int = 
         kill_after_round = require_int("kill_after_round", kill_after_round, minimum=1, maximum=config.rounds - 1)
     if superlink_address is not None and (not isinstance(superlink_address, str) or ":" not in superlink_address):
         raise ValueError(f"superlink_address must be 'host:port', got {describe(superlink_address)}")
-    port = free_port(HOST) if port is None else require_free_port("port", port)
+    port = free_port(HOST) if port is None else require_free_port("port", port, "the SuperLink", HOST)
     out = Path(out)
     commands = {name: flower_command(name) for name in ("flower-superlink", "flower-supernode", "flwr")}
 

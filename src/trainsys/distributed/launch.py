@@ -66,6 +66,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
+def require_free_port(name: str, port: object, user: str, host: str = "127.0.0.1") -> int:
+    """``port`` as an int once nothing listens on it on ``host``; ``ValueError`` naming ``name`` and ``user`` if
+    something does (``user``: what the port is for, e.g. "the rendezvous store")."""
+    port = require_int(name, port, minimum=1, maximum=65535)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise ValueError(f"{name} must be free on {host} for {user}, but {port} is in use "
+                             f"({error.strerror}); pass another port or none (a free one is chosen)") from None
+    return port
+
+
 def run_nodes(module: str, nnodes: int, nproc_per_node: int, *args: str, timeout: float = 300,
               port: int | None = None, join_timeout: float = 60) -> dict[str, Any]:
     """Start ``nnodes`` torchrun agents here, as ``nnodes`` machines would, and return global rank 0's JSON.
@@ -80,16 +93,8 @@ def run_nodes(module: str, nnodes: int, nproc_per_node: int, *args: str, timeout
     """
     nnodes = require_int("nnodes", nnodes, minimum=1)
     nproc_per_node = require_int("nproc_per_node", nproc_per_node, minimum=1)
-    if port is None:
-        port = free_port()
-    else:
-        port = require_int("port", port, minimum=1, maximum=65535)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError as error:  # a foreign listener would leave the agents waiting for a rendezvous
-                raise ValueError(f"port must be free on 127.0.0.1 for the rendezvous store, but {port} is in use "
-                                 f"({error.strerror}); pass another port or none (a free one is chosen)") from None
+    # a foreign listener on a given port would leave the agents waiting for a rendezvous: refuse it at once
+    port = free_port() if port is None else require_free_port("port", port, "the rendezvous store")
     run_id = f"trainsys-{uuid.uuid4().hex[:12]}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     with tempfile.TemporaryDirectory() as tmp:
