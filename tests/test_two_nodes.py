@@ -58,7 +58,7 @@ def test_a_failing_job_reports_every_agent_and_leaves_no_process() -> None:
     start = time.monotonic()
     # (an agent that reported its failed worker but hangs on the rendezvous store is stopped, not waited for)
     with pytest.raises(RuntimeError, match=r"(?s)2-node torchrun of trainsys.distributed.ddp_train .* failed "
-                                           r"\((a worker failed; agent )?exit codes .*agent 0.*agent 1.*"
-                                           r"--examples must be divisible"):
+                                           r"\((a worker failed; agent )?exit codes .*--- agent 0 ---.*"
+                                           r"--examples must be divisible.*--- agent 1 ---"):
         run_nodes("trainsys.distributed.ddp_train", 2, 1, "--examples", "63", timeout=120)
     assert time.monotonic() - start < 60 and _agents_alive() == 0

@@ -130,7 +130,7 @@ def run_nodes(module: str, nnodes: int, nproc_per_node: int, *args: str, timeout
                 reason = f"a worker failed; agent exit codes {codes}, None: still running, stopped"
             else:
                 reason = "timed out" if None in codes else f"exit codes {codes}"
-            tails = "\n".join(f"--- agent {i} ---\n{log.read_text()[-2000:]}" for i, log in enumerate(logs))
+            tails = "\n".join(f"--- agent {i} ---\n{log.read_text()[-6000:]}" for i, log in enumerate(logs))
             raise RuntimeError(f"{nnodes}-node torchrun of {module} on 127.0.0.1:{port} failed ({reason}; time "
                                f"limit {timeout} s):\n{tails}")
         return json.loads(out.read_text())
