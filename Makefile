@@ -74,7 +74,7 @@ lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.open_browser=False \
 	  --LabApp.news_url=None --ServerApp.allow_root=True
 
-# Federated Averaging on Flower's Deployment Engine: a SuperLink and two SuperNodes on 127.0.0.1 run the course's
+# Federated Averaging on Flower's Deployment Runtime: a SuperLink and two SuperNodes on 127.0.0.1 run the course's
 # FedAvg (3 rounds), the record goes to _build/federate.json, and every process started is stopped.
 federate: setup
 	$(BIN)/python -m trainsys.distributed.federate --out $(abspath _build/federate.json) $(FEDERATE_ARGS)
