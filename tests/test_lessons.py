@@ -146,12 +146,6 @@ def test_no_prose_paragraph_is_shared_between_lessons() -> None:
     assert not shared, f"paragraphs copied between lessons: {shared}"
 
 
-WORD_BUDGET = 1000
-"""Markdown words a lesson may take (``trainsys.course.lesson_words``): the derivation with shapes, the
-contract, a hand-computed test, the mistakes, the checkpoint — then stop."""
-
-
-UTILITY_BUDGET = 700
 UTILITIES = ("04_relu_forward", "08_relu_backward", "13_scale_accumulated_gradients", "20_make_master_params",
              "21_scale_loss", "31_init_adam_state", "02_relu", "07_init_adamw_state", "12_clone_params",
              "13_scale_params", "14_subtract_params", "21_init_outer_optimizer", "11_clone_model_state",
@@ -161,18 +155,33 @@ UTILITIES = ("04_relu_forward", "08_relu_backward", "13_scale_accumulated_gradie
 
 @pytest.mark.parametrize("path", SOURCES, ids=[p.stem for p in SOURCES])
 def test_lessons_stay_within_their_word_budget(path: Path) -> None:
+    """The budget grows with the answer's writing time (``trainsys.syllabus.word_budget``): a lesson whose
+    contract is large (a training loop) may say more than one whose answer is a few lines."""
     from trainsys.course import lesson_words
+    from trainsys.syllabus import answer_lines, word_budget
 
-    budget = UTILITY_BUDGET if path.stem in UTILITIES else WORD_BUDGET
+    lines = answer_lines(nbformat.read(path, as_version=4))
+    budget = word_budget(lines, utility=path.stem in UTILITIES)
     words = lesson_words(path)
-    assert words <= budget, f"{path.name}: {words} markdown words, the budget is {budget}"
+    assert words <= budget, f"{path.name}: {words} markdown words, the budget for a {lines}-line answer is {budget}"
 
 
 def test_the_course_as_a_whole_stays_lean() -> None:
+    """Longer budgets for large contracts must not make every lesson long: the median stays at the base budget."""
     from trainsys.course import lesson_words
+    from trainsys.syllabus import LESSON_WORDS
 
     words = sorted(lesson_words(p) for p in SOURCES)
-    assert sum(words) <= 100_000 and words[len(words) // 2] <= WORD_BUDGET, (sum(words), words[len(words) // 2])
+    assert sum(words) <= 100_000 and words[len(words) // 2] <= LESSON_WORDS, (sum(words), words[len(words) // 2])
+
+
+def test_the_word_budget_grows_with_the_answer() -> None:
+    from trainsys.syllabus import word_budget
+
+    assert word_budget(0) == word_budget(40) == 1000 and word_budget(40, utility=True) == 700
+    assert word_budget(65) == 1150 and word_budget(164) == 1744  # 150 words per 25 lines past 40
+    with pytest.raises(ValueError, match="lines"):
+        word_budget(-1)
 
 
 def test_every_utility_named_is_one_lesson() -> None:

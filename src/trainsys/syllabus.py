@@ -64,6 +64,27 @@ def answer_lines(nb: nbformat.NotebookNode) -> int:
     return sum(1 for line in match.group(1).splitlines() if line.strip() and not line.strip().startswith("#"))
 
 
+LESSON_WORDS = 1000
+"""Markdown words a lesson may take whose answer is at most :data:`LINES_INCLUDED` lines: the derivation with
+shapes, the contract, a hand-computed test, the mistakes, the checkpoint — then stop."""
+UTILITY_WORDS = 700
+"""The same for a utility: a function that is a few lines once its inputs are checked."""
+LINES_INCLUDED = 40
+LINES_PER_READING_MINUTE = 25
+"""Past :data:`LINES_INCLUDED` answer lines, every 25 more (25 minutes of writing) buy one more minute of
+reading (:data:`READING_WORDS_PER_MINUTE` words): a lesson whose contract is large gets the words to state it."""
+
+
+def word_budget(lines: int, utility: bool = False) -> int:
+    """The markdown words a lesson may take, sized to the writing time of its answer (``lines`` lines of the
+    reference answer, :func:`answer_lines`): 1,000 words (700 for a utility) up to 40 lines, then
+    150 more per 25 lines. Raises ``ValueError`` for a negative ``lines``."""
+    if isinstance(lines, bool) or not isinstance(lines, int) or lines < 0:
+        raise ValueError(f"lines must be an integer >= 0 (lines of the reference answer), got {lines!r}")
+    base = UTILITY_WORDS if utility else LESSON_WORDS
+    return base + READING_WORDS_PER_MINUTE * max(0, lines - LINES_INCLUDED) // LINES_PER_READING_MINUTE
+
+
 def estimate_minutes(words: int, lines: int) -> int:
     """The module docstring's estimate, rounded up to 5 minutes."""
     raw = words / READING_WORDS_PER_MINUTE + MINUTES_PER_LINE * lines + MINUTES_TO_RUN
