@@ -1,0 +1,122 @@
+"""Tolerances derived from the dtype and the computation, never tuned to one machine's BLAS.
+
+Two correct implementations of the same formula may round differently: another summation order
+(a BLAS kernel's blocking, pairwise vs sequential sums, torch vs NumPy), a fused multiply-add, a
+division before or after the sum. What they cannot do is err by more than floating-point arithmetic
+allows. The standard model (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §2.2)
+says each operation is exact up to a factor ``1 + δ`` with ``|δ| ≤ u``, the unit roundoff
+(``np.finfo(dtype).eps / 2``). A result formed by a chain of at most ``k`` roundings along every path,
+such as a dot product of length ``k`` in *any* order (§3.1, eq. 3.4–3.5) or a matrix product chain
+whose summation lengths add up to ``k`` (Lemma 3.3: ``(1+γ_a)(1+γ_b) ≤ 1+γ_{a+b}``), satisfies
+
+    |computed − exact| ≤ γ_k · M,     γ_k = k·u / (1 − k·u),
+
+elementwise, where ``M`` is the *same computation carried out on absolute values* (``|A|·|B|`` for a
+product, ``Σ|x_i|`` for a sum). The bound is relative to ``M``, not to the result: cancellation can
+make the result tiny (or zero) while every term, and so every rounding error, stays large. Two
+correct implementations are then at most ``2·γ_k·M`` apart. This holds for every order of summation
+and every blocking a BLAS may choose (Intel, AMD, ARM), because it assumes nothing about the order.
+
+Underflow adds an absolute error of at most half the smallest subnormal spacing per rounding
+(§2.1), so the bounds add ``k·smallest_subnormal`` per implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["unit_roundoff", "gamma", "rounding_bound", "within_rounding", "assert_within_rounding",
+           "reorder_tolerance"]
+
+
+def _float_dtype(dtype: Any) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a NumPy floating dtype, got {dtype!r}") from None
+    if not np.issubdtype(dt, np.floating):
+        raise TypeError(f"dtype must be a NumPy floating dtype, got {dt}")
+    return dt
+
+
+def unit_roundoff(dtype: Any) -> float:
+    """``u = eps / 2``: the largest relative error of one correctly rounded operation in ``dtype``
+    (float16 4.9e-4, float32 6.0e-8, float64 1.1e-16). Raises ``TypeError`` for a non-floating dtype."""
+    return float(np.finfo(_float_dtype(dtype)).eps) / 2
+
+
+def gamma(k: int, dtype: Any) -> float:
+    """``γ_k = k·u / (1 − k·u)``: the relative bound (to the magnitudes) of ``k`` chained roundings.
+
+    ``k`` is the number of roundings along the longest path: the summation length of a dot product
+    (``k`` terms: ``k − 1`` additions and the products), plus one for each further elementwise
+    operation applied to it. Raises ``ValueError`` for ``k < 0`` or ``k·u ≥ 1`` (no bound exists:
+    the computation is too long for the dtype) and ``TypeError`` for a non-integer ``k``.
+    """
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an integer number of roundings, got {k!r}")
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    ku = int(k) * unit_roundoff(dtype)
+    if ku >= 1:
+        raise ValueError(f"k = {k} roundings in {np.dtype(dtype)}: k*u = {ku:.3g} >= 1, so no error bound exists")
+    return ku / (1 - ku)
+
+
+def rounding_bound(magnitude: Any, k: int, dtype: Any, *, implementations: int = 2) -> np.ndarray:
+    """The largest difference, elementwise, between ``implementations`` correct answers (2: two
+    answers to each other; 1: one answer to the exact value) of a computation with ``k`` roundings
+    in ``dtype``, whose magnitude (the computation on absolute values) is ``magnitude``.
+
+    Returns a float64 array shaped like ``magnitude``: ``implementations · (γ_k · magnitude +
+    k · smallest subnormal)``.
+    """
+    dt = _float_dtype(dtype)
+    mag = np.abs(np.asarray(magnitude, dtype=np.float64))
+    return implementations * (gamma(k, dt) * mag + k * float(np.finfo(dt).smallest_subnormal))
+
+
+def within_rounding(got: Any, expected: Any, magnitude: Any, k: int, dtype: Any) -> np.ndarray:
+    """Boolean array: where ``got`` and ``expected`` (two correct computations) agree within
+    :func:`rounding_bound`. NaN agrees with NaN, an infinity with the same infinity."""
+    g = np.asarray(got, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    same_special = (np.isnan(g) & np.isnan(e)) | (np.isinf(g) & (g == e))
+    with np.errstate(invalid="ignore"):
+        close = np.abs(g - e) <= rounding_bound(magnitude, k, dtype)
+    return same_special | close
+
+
+def assert_within_rounding(got: Any, expected: Any, magnitude: Any, k: int, dtype: Any, what: str = "result") -> None:
+    """Raise ``AssertionError`` naming ``what``, the worst entry and the bound when :func:`within_rounding`
+    fails anywhere; shapes must match."""
+    g = np.asarray(got)
+    e = np.asarray(expected)
+    if g.shape != e.shape:
+        raise AssertionError(f"{what} has shape {g.shape}, expected {e.shape}")
+    ok = within_rounding(g, e, magnitude, k, dtype)
+    if not np.all(ok):
+        err = np.where(ok, -1.0, np.abs(g.astype(np.float64) - e.astype(np.float64)))
+        idx = np.unravel_index(int(np.nanargmax(np.where(np.isnan(err), np.inf, err))), g.shape) if g.shape else ()
+        bound = rounding_bound(magnitude, k, dtype)
+        raise AssertionError(f"{what}: {int((~ok).sum())} of {ok.size} entries beyond the rounding bound of {k} "
+                             f"roundings in {np.dtype(dtype)}; worst at {tuple(int(i) for i in idx)}: got "
+                             f"{float(g[idx])!r}, expected {float(e[idx])!r}, bound {float(np.broadcast_to(bound, g.shape)[idx]):.3g}")
+
+
+def reorder_tolerance(dtype: Any, k: int, *, magnitude_over_result: float = 1.0,
+                      smallest_magnitude: float = 0.0) -> dict[str, float]:
+    """``{"rtol", "atol"}`` for APIs that compare ``|a − b| ≤ atol + rtol·|b|`` (``np.allclose``,
+    ``torch.testing``), from :func:`rounding_bound` when the magnitude is not at hand elementwise.
+
+    ``magnitude_over_result`` bounds ``M / |result|`` (1 when every term has one sign; the cancellation
+    factor otherwise) and turns the bound relative to ``M`` into one relative to the result; entries
+    whose result cancels towards 0 are covered by ``atol = 2·γ_k·smallest_magnitude``, where
+    ``smallest_magnitude`` bounds ``M`` for such entries (e.g. the sum of ``|terms|``). Both also carry
+    the underflow term.
+    """
+    g = gamma(k, dtype)
+    tiny = k * float(np.finfo(_float_dtype(dtype)).smallest_subnormal)
+    return {"rtol": 2 * g * float(magnitude_over_result), "atol": 2 * (g * float(smallest_magnitude) + tiny)}
