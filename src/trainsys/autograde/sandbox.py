@@ -26,6 +26,7 @@ manager that nbgrader's executor uses to start sandboxed kernels (``trainsys.exe
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import resource
@@ -90,10 +91,36 @@ class SandboxConfig:
         return SLOT_UID_BASE + self.slot if os.geteuid() == 0 else None
 
 
-def _python_prefixes() -> list[str]:
-    """Folders the Python environment lives in: the venv and the interpreter it was made from."""
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+@functools.lru_cache(maxsize=1)
+def _isolated_sys_path() -> tuple[str, ...]:
+    """``sys.path`` of ``python -I`` with this interpreter: what a sandboxed process imports from
+    (the standard library, site-packages and the folders its ``.pth`` files add)."""
+    try:
+        run = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                             capture_output=True, text=True, timeout=60, check=True)
+        return tuple(json.loads(run.stdout))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return ()
+
+
+def _python_paths() -> list[str]:
+    """Folders the Python environment lives in, to bind read-only: the venv, the interpreter it was made
+    from, and every folder on ``python -I``'s ``sys.path`` outside them (a ``.pth`` naming another
+    site-packages). Never a folder holding the package source (the course root would come with it)."""
     paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    return sorted(p for p in paths if p and not any(p.startswith(s + "/") or p == s for s in SYSTEM_DIRS))
+    paths |= {p for p in _isolated_sys_path() if p and os.path.isabs(p) and os.path.exists(p)}
+    kept = []
+    for path in sorted(os.path.normpath(p) for p in paths if p):  # a parent sorts before its children
+        if any(_within(path, s) for s in SYSTEM_DIRS) or any(_within(path, k) for k in kept):
+            continue
+        if _within(str(SRC), path) or _within(path, str(SRC)):
+            continue  # the package source is bound on its own; a .pth naming the course root would show solutions/
+        kept.append(path)
+    return kept
 
 
 def wrap(command: list[str], config: SandboxConfig, *, rw: tuple[str, ...] = (), chdir: str = "/home/student",
@@ -123,12 +150,14 @@ def wrap(command: list[str], config: SandboxConfig, *, rw: tuple[str, ...] = (),
             args += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             args += ["--ro-bind", str(path), str(path)]
-    made: set[str] = set()
-    for folder in (*_python_prefixes(), str(SRC), *config.extra_ro):
-        args += _parents(folder, made) + ["--ro-bind", folder, folder]
     args += ["--proc", "/proc", "--dev", "/dev"]
+    # The private tmpfs folders first: what is bound below may lie under them (a course cloned under /tmp
+    # or a home folder), and a tmpfs mounted after a bind would hide it.
     for folder in ("/tmp", "/dev/shm", "/home/student"):
         args += ["--perms", "1777", "--size", str(config.tmpfs_size), "--tmpfs", folder]
+    made: set[str] = set()
+    for folder in (*_python_paths(), str(SRC), *config.extra_ro):
+        args += _parents(folder, made) + ["--ro-bind", folder, folder]
     for folder in rw:
         args += _parents(folder, made) + ["--bind", folder, folder]
     inner_env = {"HOME": "/home/student", "USER": "student", "LOGNAME": "student", "PATH": "/usr/bin:/bin",
