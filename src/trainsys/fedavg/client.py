@@ -37,8 +37,10 @@ def require_batch(name: str, value: object) -> Batch:
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise TypeError(f"{name} must be a pair (X, y) of tensors, got {describe(value)}")
     X, y = value
-    if not isinstance(X, torch.Tensor) or X.ndim != 2 or not X.is_floating_point() or X.shape[0] == 0:
-        raise ValueError(f"{name}[0] (X) must be a non-empty floating tensor of shape (batch, d_in), got "
+    if not isinstance(X, torch.Tensor) or X.ndim != 2 or X.shape[0] == 0 \
+            or not (X.is_floating_point() or X.dtype == torch.int64):
+        raise ValueError(f"{name}[0] (X) must be a non-empty floating tensor of shape (batch, d_in) "
+                         "(or int64 token ids (batch, context)), got "
                          f"{tuple(X.shape) if isinstance(X, torch.Tensor) else describe(X)}")
     if not isinstance(y, torch.Tensor) or y.ndim != 1 or y.dtype != torch.int64:
         raise ValueError(f"{name}[1] (y) must be an int64 tensor of shape (batch,), got "

@@ -27,7 +27,11 @@ from trainsys.fedavg.model import make_generator, require_seed
 
 @dataclass(frozen=True)
 class LabelledDataset:
-    """``features: (n, d_in)`` float32, ``labels: (n,)`` int64 in ``[0, n_classes)``, and ``n_classes``."""
+    """``features: (n, d_in)`` float32, ``labels: (n,)`` int64 in ``[0, n_classes)``, and ``n_classes``.
+
+    Features may also be int64 token ids ``(n, context)`` (next-character prediction on Shakespeare,
+    :mod:`trainsys.data.shakespeare`): the label is then the next token, ``n_classes`` the vocabulary size.
+    """
 
     features: torch.Tensor
     labels: torch.Tensor
@@ -47,8 +51,9 @@ def require_dataset(name: str, value: object) -> LabelledDataset:
     if not isinstance(value, LabelledDataset):
         raise TypeError(f"{name} must be a LabelledDataset (features, labels, n_classes), got {describe(value)}")
     X, y = value.features, value.labels
-    if not isinstance(X, torch.Tensor) or X.ndim != 2 or X.dtype != torch.float32:
-        raise ValueError(f"{name}.features must be a float32 tensor of shape (n, d_in), got {_tensor_desc(X)}")
+    if not isinstance(X, torch.Tensor) or X.ndim != 2 or X.dtype not in (torch.float32, torch.int64):
+        raise ValueError(f"{name}.features must be a float32 tensor of shape (n, d_in) (or int64 token ids of "
+                         f"shape (n, context)), got {_tensor_desc(X)}")
     if not isinstance(y, torch.Tensor) or y.ndim != 1 or y.dtype != torch.int64:
         raise ValueError(f"{name}.labels must be an int64 tensor of shape (n,), got {_tensor_desc(y)}")
     if X.shape[0] != y.shape[0]:
