@@ -135,6 +135,20 @@ def _all_reduce_empty_list(worker_arrays):
     return ref.all_reduce_mean(worker_arrays)
 
 
+def _all_reduce_own_order(worker_arrays):
+    """Worker k computes ((a_k + a_{k+1}) + ...) / N: a correct mean to rounding, but the workers' copies
+    differ in the last bits (the contract: bit-identical on every worker)."""
+    ref.all_reduce_mean(worker_arrays)  # validation
+    arrays, N = list(worker_arrays), len(worker_arrays)
+    results = []
+    for k in range(N):
+        total = arrays[k].copy()
+        for j in range(1, N):
+            total += arrays[(k + j) % N]
+        results.append(total / total.dtype.type(N))
+    return results
+
+
 def _all_reduce_no_dtype_check(worker_arrays):
     """Checks the shapes but not the dtypes: float32 and float64 workers are silently promoted."""
     if not isinstance(worker_arrays, (list, tuple)):
@@ -431,11 +445,10 @@ WITNESSES = {
                                        existing("all_reduce_mean", "returns the input itself for one worker")],
         "mutation": [existing("all_reduce_mean", "accumulates into worker 0's input"),
                      existing("all_reduce_mean", "accumulates into worker_arrays[0]")],
-        "arithmetic": [existing("all_reduce_mean", "divides each array by N before summing"),
-                       existing("all_reduce_mean", "sums in reverse worker order"),
-                       existing("all_reduce_mean", "multiplies by the reciprocal"),
-                       existing("all_reduce_mean", "np.mean of the stack"),
-                       existing("all_reduce_mean", "divides by np.float64(N)")],
+        "arithmetic": [("each worker sums starting from its own array: bits differ between workers",
+                        _all_reduce_own_order),
+                       existing("all_reduce_mean", "divides by np.float64(N)"),
+                       existing("all_reduce_mean", "returns the sum, not the mean")],
         "failure modes": [
             ("an empty list gives an empty list", _all_reduce_empty_list),
             existing("all_reduce_mean", "error messages omit the culprit's index"),

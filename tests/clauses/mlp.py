@@ -365,6 +365,12 @@ def _rb_shape_error_names_only_z(dA, Z):
     return ref.relu_backward(dA, Z)
 
 
+def _rb_nan_to_num(dA, Z):
+    """Cleans dA with np.nan_to_num before masking: a diverged step's NaN is hidden even where the gate is open."""
+    ref.relu_backward(dA, Z)  # validation
+    return np.nan_to_num(dA) * (Z > 0)
+
+
 def _rb_accepts_integer_z(dA, Z):
     """Refuses a boolean Z ("a precomputed mask") but not an integer one."""
     if not isinstance(dA, np.ndarray) or not np.issubdtype(dA.dtype, np.floating):
@@ -591,7 +597,7 @@ WITNESSES = {
                           existing("relu_backward", "accepts broadcastable shapes"),
                           ("accepts an integer Z", _rb_accepts_integer_z),
                           existing("relu_backward", "accepts a boolean Z"),
-                          existing("relu_backward", "np.where(Z > 0, dA, 0)")],
+                          ("a NaN in dA at an open gate becomes 0 (np.nan_to_num first)", _rb_nan_to_num)],
         "metric that proves it correct": [existing("relu_backward", "mask from the incoming gradient"),
                                           existing("relu_backward", "returns the mask")],
     },

@@ -880,8 +880,6 @@ MUTANTS = {
          _lb_db_float32),
     ],
     "relu_backward": [
-        ("np.where(Z > 0, dA, 0) turns a nan in dA into 0 where the gate is closed (contract: nan stays nan)",
-         _rb_where_hides_nan),
         ("mask cast to Z's dtype promotes a float32 dA with a float64 Z (contract: result has dA's dtype)",
          _rb_mask_in_z_dtype),
         ("accepts a boolean Z (contract: integer or boolean Z raises TypeError)", _rb_accepts_bool_mask),
@@ -926,6 +924,8 @@ ALTERNATIVES = {
     "relu_backward": [
         ("np.where(Z > 0, dA, dA * 0)", _rb_alt_where),
         ("copy dA and multiply the closed entries by 0", _rb_alt_copy_and_zero),
+        ("np.where(Z > 0, dA, 0): a NaN or inf in dA becomes 0 at a closed gate, as torch's threshold_backward",
+         _rb_where_hides_nan),
     ],
     "first_linear_backward": [("np.tensordot and np.add.reduce", _flb_alt_tensordot)],
     "mlp_backward": [("all three products with np.einsum", _mlpb_alt_einsum)],

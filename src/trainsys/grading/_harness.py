@@ -181,7 +181,7 @@ def assert_array(
     expected: np.ndarray,
     *,
     rtol: float | None = None,
-    atol: float | None = None,
+    atol: float | np.ndarray | None = None,
     exact: bool = False,
     check_dtype: bool = True,
 ) -> None:
@@ -217,6 +217,17 @@ def assert_array(
             f"worst at index {tuple(int(i) for i in idx)}: got {float(got64[idx])!r}, expected {float(exp64[idx])!r} "
             f"(|difference| {err[idx]:.3g})"
         )
+
+
+def assert_within_rounding(case: str, what: str, got: Any, expected: np.ndarray, magnitude: Any, k: int) -> None:
+    """Compare like :func:`assert_array` (type, shape, dtype, NaN positions), with values allowed to differ by
+    what two correct computations of ``k`` roundings in ``expected``'s dtype may differ by, elementwise:
+    ``2·γ_k·magnitude`` (:func:`trainsys.tolerance.rounding_bound`; ``magnitude`` is the computation on
+    absolute values, e.g. ``Σ|a_j|/N`` for a mean). Holds for any summation order on any BLAS."""
+    from trainsys.tolerance import rounding_bound
+
+    bound = rounding_bound(magnitude, k, expected.dtype) if isinstance(expected, np.ndarray) else 0.0
+    assert_array(case, what, got, expected, rtol=0.0, atol=bound)
 
 
 def assert_scalar(case: str, what: str, got: Any, expected: float, *, rtol: float = 1e-6, atol: float = 1e-9) -> None:

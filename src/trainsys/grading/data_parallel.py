@@ -28,6 +28,7 @@ from trainsys.grading._harness import (
     assert_array_dict,
     assert_scalar,
     assert_tuple,
+    assert_within_rounding,
     passed,
     run_cases,
 )
@@ -70,8 +71,7 @@ CLAUSES = {
     "all_reduce_mean": {
         "new arrays, one per worker": ("N=1 workers, shape (4,), float64", "N=2 workers, shape (7,), float32"),
         "mutation": ("N=2 workers, shape (7,), float32",),
-        "arithmetic": ("N=2 workers, shape (7,), float32", "N=3 workers, shape (3, 4), float64",
-                       "N=3 workers, shape (5,), float16"),
+        "arithmetic": ("N=2 workers, shape (7,), float32", "N=3 workers, shape (3, 4), float64"),
         "failure modes": ("an empty list", "worker 2 has shape (5,) for (4,)", "worker 1 is float32, worker 0 float64",
                           "an integer array", "worker 1 is a Python list", "worker_arrays a dict"),
         "metric that proves it correct": ("N=2 workers, shape (7,), float32",),
@@ -270,7 +270,8 @@ def check_all_reduce_mean(fn: Callable[..., Any]) -> str:
     cases = [(f"N={N} workers, shape {shape}, {np.dtype(dt).name}", _fixed(_arrays(N, shape, i, dt)))
              for i, (N, shape, dt) in enumerate(configs)]
     # Many elements, so that another summation order, dividing before adding, multiplying by 1/N or a
-    # float32 accumulation of float16 changes the last bit of some entries (the arithmetic is exact here).
+    # float32 accumulation of float16 changes the last bit of some entries: all accepted to rounding, as
+    # long as every worker gets the same bits.
     cases += [("N=3 workers, shape (64,), float16, values near 1", _fixed([1 + a / 8 for a in _arrays(3, (64,), 7,
                                                                                                      np.float16)])),
               ("N=5 workers, shape (8, 8), float32", _fixed(_arrays(5, (8, 8), 8, np.float32))),
@@ -281,14 +282,18 @@ def check_all_reduce_mean(fn: Callable[..., Any]) -> str:
         unchanged(label, inputs)
         if not isinstance(got, list) or len(got) != len(expected):
             raise CheckFailure(f"[{label}] must return a list of {len(expected)} arrays (one per worker)")
+        arrays = inputs[0][0]
+        # Any order of the N - 1 additions and the division (or a multiplication by a rounded 1/N: one more
+        # rounding) is within gamma_{N+1} of the exact mean, relative to the mean of |a_j| (trainsys.tolerance);
+        # two such answers are within twice that.
+        magnitude = np.mean(np.abs(np.stack([np.asarray(a, np.float64) for a in arrays])), axis=0)
         for k, (g, e) in enumerate(zip(got, expected)):
-            assert_array(label, f"result {k}", g, e)
-            if not np.array_equal(g, e, equal_nan=True):
+            assert_within_rounding(label, f"result {k}", g, e, magnitude, len(arrays) + 1)
+            if not np.array_equal(g, got[0], equal_nan=True):
                 raise CheckFailure(
-                    f"[{label}] result {k} equals the mean only to rounding ({int(np.sum(g != e))} of {e.size} "
-                    "entries differ in the last bits); the arithmetic is ((a_0 + a_1) + … + a_{N-1}) / N in the "
-                    "arrays' own dtype — sum in worker order, then one division by N — bit for bit")
-        _no_shared_memory(label, got, inputs[0][0])
+                    f"[{label}] result {k} differs from result 0 in {int(np.sum(g != got[0]))} of {e.size} entries: "
+                    "every worker must get bit-identical values (compute the mean once, then copy it N times)")
+        _no_shared_memory(label, got, arrays)
 
     a = _arrays(3, (4,), 0)
     invalid = [  # the contract: not a list or tuple, or a non-float entry, TypeError; empty or unequal, ValueError
