@@ -278,8 +278,7 @@ WITNESSES = {
     "unscale_gradients": {
         "order of operations": [
             existing("unscale_gradients", "multiplies by 1/scale in float16"),
-            existing("unscale_gradients", "divides in float64 and rounds once"),
-            existing("unscale_gradients", "multiplies by np.float32(1/scale)"),
+            existing("unscale_gradients", "keeps the input dtype"),
         ],
         "mutation": [
             existing("unscale_gradients", "divides the input arrays in place"),

@@ -481,8 +481,6 @@ MUTANTS = {
          _split_checks_m_before_y),
         ("accepts integer X/Y (contract: 2-D floating-point arrays)", _split_accepts_int_arrays),
         ("accepts 1-D X/Y (contract: 2-D arrays)", _split_accepts_1d),
-        ("returns [X_i, Y_i] lists instead of tuples (contract: a list of (X_i, Y_i) tuples)",
-         _split_lists_not_tuples),
         ("whole remainder in the last micro-batch (contract: the first n mod M get one extra)",
          _split_remainder_last),
     ],
@@ -522,6 +520,7 @@ ALTERNATIVES = {
     "split_into_micro_batches": [
         ("np.array_split on X and Y (views)", _split_alt_array_split),
         ("explicit edges from the size list, 2-D slices", _split_alt_cumulative),
+        ("[X_i, Y_i] two-item lists instead of tuples (the contract says pairs)", _split_lists_not_tuples),
     ],
     "accumulate_gradients": [("copy.deepcopy on the first call, np.add(out=) afterwards", _acc_alt_deepcopy_np_add)],
     "scale_accumulated_gradients": [("np.multiply(out=) with the scale as a 0-d array of the buffer's dtype",

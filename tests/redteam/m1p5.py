@@ -1025,8 +1025,6 @@ MUTANTS = {
         ("row-count mismatch message names X, not Y (contract: 'a ValueError that names Y')",
          _shard_mismatch_names_x),
         ("row-count mismatch message omits the counts (contract: 'shows both counts')", _shard_mismatch_no_counts),
-        ("returns [X_k, Y_k] lists instead of tuples (contract: 'a list of (X_k, Y_k) tuples')",
-         _shard_pairs_as_lists),
         ("copies the shards when N > 4 and N does not divide n (contract: every shard is a view)",
          _shard_copies_when_uneven),
         ("accepts N = n + 1 and hands out an empty shard (contract: 'N > n is a ValueError')",
@@ -1131,6 +1129,7 @@ ALTERNATIVES = {
     "shard_dataset_across_workers": [
         ("cumulative sum of the sizes as bounds", _shard_alt_running_bounds),
         ("start_k = k q + min(k, r) from the derivation", _shard_alt_formula),
+        ("[X_k, Y_k] two-item lists instead of tuples (the contract says pairs)", _shard_pairs_as_lists),
     ],
     "compute_local_gradients": [
         ("backward on the mean's gradient, then scale each gradient by n_k in its dtype",

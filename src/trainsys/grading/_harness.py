@@ -226,7 +226,11 @@ def assert_within_rounding(case: str, what: str, got: Any, expected: np.ndarray,
     absolute values, e.g. ``Σ|a_j|/N`` for a mean). Holds for any summation order on any BLAS."""
     from trainsys.tolerance import rounding_bound
 
-    bound = rounding_bound(magnitude, k, expected.dtype) if isinstance(expected, np.ndarray) else 0.0
+    if not isinstance(expected, np.ndarray):
+        raise TypeError(f"expected must be a numpy.ndarray, got {type(expected).__name__}")
+    magnitude = np.asarray(magnitude, dtype=np.float64)
+    # a non-finite magnitude (an inf or NaN entry) gives no slack: such entries must match exactly
+    bound = rounding_bound(np.where(np.isfinite(magnitude), magnitude, 0.0), k, expected.dtype)
     assert_array(case, what, got, expected, rtol=0.0, atol=bound)
 
 
