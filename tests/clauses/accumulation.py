@@ -25,6 +25,14 @@ def _accumulate_in_grads_dtype(acc, grads):
     return acc
 
 
+def _scale_promoted(acc, scale):
+    """Multiplies out of place by a float64 scale: the float32 buffers become new float64 arrays."""
+    ref.scale_accumulated_gradients({k: v.copy() for k, v in acc.items()}, scale)  # validation
+    for key in acc:
+        acc[key] = acc[key] * np.float64(scale)
+    return acc
+
+
 def _scale_accepting_zero(acc, scale):
     """Refuses negative scales but lets 0 through (``1 // n`` erases the gradient silently)."""
     if scale == 0:
@@ -101,7 +109,7 @@ WITNESSES = {
     "scale_accumulated_gradients": {
         "mutation": [existing("scale_accumulated_gradients", "returns a scaled copy and leaves acc unscaled"),
                      existing("scale_accumulated_gradients", "scales only the W* keys")],
-        "dtype": [existing("scale_accumulated_gradients", "multiplies by np.float64(scale) and casts back")],
+        "dtype": [("acc[key] = acc[key] * np.float64(scale): each array replaced by a float64 one", _scale_promoted)],
         "failure modes": [("scale = 0 accepted", _scale_accepting_zero),
                           existing("scale_accumulated_gradients", "accepts scale=True"),
                           existing("scale_accumulated_gradients", "no dtype check on acc")],

@@ -498,8 +498,6 @@ MUTANTS = {
     ],
     "scale_accumulated_gradients": [
         ("accepts scale=True (contract: not a bool)", _scale_accepts_bool),
-        ("multiplies by np.float64(scale) and casts back (contract: scale converted to the array dtype first)",
-         _scale_float64_multiply),
         ("accepts a string scale via float() (contract: TypeError for a non-real)", _scale_accepts_strings),
         ("no dtype check on acc: an int buffer is silently zeroed (contract: TypeError naming acc)",
          _scale_no_dtype_check),
@@ -523,8 +521,11 @@ ALTERNATIVES = {
         ("[X_i, Y_i] two-item lists instead of tuples (the contract says pairs)", _split_lists_not_tuples),
     ],
     "accumulate_gradients": [("copy.deepcopy on the first call, np.add(out=) afterwards", _acc_alt_deepcopy_np_add)],
-    "scale_accumulated_gradients": [("np.multiply(out=) with the scale as a 0-d array of the buffer's dtype",
-                                     _scale_alt_np_multiply)],
+    "scale_accumulated_gradients": [
+        ("multiplies by np.float64(scale) in place (the product rounded once into the array's dtype)",
+         _scale_float64_multiply),
+        ("np.multiply(out=) with the scale as a 0-d array of the buffer's dtype", _scale_alt_np_multiply),
+    ],
     "grad_accumulation_step": [
         ("mean-loss gradients scaled by n_i before accumulating; weighted loss", _step_alt_weighted_means),
         # Moved from MUTANTS: nan and inf are not accepted after all — sgd_step refuses them with a
