@@ -38,32 +38,42 @@ def test_m1_40_run_record_counts_bytes_and_memory() -> None:
     run = train({"num_workers": 4, "segment_size": 2, "num_micro_batches": 2, "zero_stage": 1})
     psi = sum(p.size for p in run["final_params"].values())
     assert run["bytes_communicated_per_worker"] == run["config"]["steps"] * max(ring_bytes_per_worker(psi, 4, 4))
-    # The simulation holds every worker in one process, so its peak is compared on one worker, on a
-    # network and batch where activations (not Adam's parameter-sized arrays) set the peak:
-    big = {"layer_widths": [32, 256, 256, 256, 256, 4], "n": 1024, "batch": 1024, "steps": 1}
-    plain = train(big)["measured_first_step_peak_bytes_all_workers"]
-    lean = train({**big, "segment_size": 2, "num_micro_batches": 4})["measured_first_step_peak_bytes_all_workers"]
-    assert lean < 0.75 * plain, (lean, plain)  # 0.62 measured
+    # the whole simulated step (every worker in this one process) is one int; the per-worker peaks, which follow the
+    # techniques, are held in test_m1_40_stage_metrics and ..._falls_with_the_zero_stage
+    assert type(run["measured_first_step_peak_bytes_all_workers"]) is int
     assert run["memory_report"]["total"] < BASELINE["memory_report"]["total"]
     assert set(run["seeds"]) == {"data", "order", "init"} and len(run["history"]) == run["config"]["steps"]
     assert run["wall_time_s"] > 0 and np.isfinite(run["losses"]).all()
 
 
 @pytest.mark.parametrize("num_workers, micro", [(2, 1), (3, 2), (4, 3)])
-def test_m1_40_zero_stages_2_and_3_are_executed_bit_identical_to_stage_1_with_their_own_bytes(num_workers, micro):
+def test_m1_40_zero_stages_2_and_3_are_executed_with_their_own_bytes(num_workers, micro):
     cfg = {"num_workers": num_workers, "num_micro_batches": micro, "segment_size": 2, "steps": 4}
     runs = {stage: train({**cfg, "zero_stage": stage}) for stage in (1, 2, 3)}
     psi = sum(p.size for p in runs[1]["final_params"].values())
     s = -(-psi // num_workers)
-    for stage in (2, 3):  # the same arithmetic: bit for bit
-        assert runs[stage]["losses"] == runs[1]["losses"]
+    for key, value in runs[2]["final_params"].items():  # stages 2 and 3 reduce in the same order: bit for bit
+        np.testing.assert_array_equal(runs[3]["final_params"][key], value)
+    assert runs[3]["losses"] == runs[2]["losses"]
+    if micro == 1:  # one reduce-scatter of the step's gradient, in worker order: stage 1's arithmetic exactly
+        assert runs[2]["losses"] == runs[1]["losses"]
         for key, value in runs[1]["final_params"].items():
-            np.testing.assert_array_equal(runs[stage]["final_params"][key], value)
-    per_step = {1: max(ring_bytes_per_worker(psi, num_workers, 4)), 2: 2 * (num_workers - 1) * s * 4,
-                3: (2 * micro + 1) * (num_workers - 1) * s * 4}
+            np.testing.assert_array_equal(runs[2]["final_params"][key], value)
+    else:  # a reduce-scatter after every micro-batch: the same N*M float32 terms summed in another order
+        loss_curves_agree(runs[2], runs[1], rtol=1e-5)
+    per_step = {1: max(ring_bytes_per_worker(psi, num_workers, 4)), 2: (micro + 1) * (num_workers - 1) * s * 4,
+                3: 3 * micro * (num_workers - 1) * s * 4}
     for stage, run in runs.items():
         assert [h["bytes"] for h in run["history"]] == [per_step[stage]] * 4
         assert run["bytes_communicated_per_worker"] == 4 * per_step[stage]
+
+
+def test_m1_40_measured_peak_per_worker_falls_with_the_zero_stage() -> None:
+    # the lesson's all-on configuration (4 workers, M = 2, segments of 2): each worker's step measured alone,
+    # with what it holds; stage 3 < 2 < 1 < 0 (measured 155k / 172k / 196k / 279k bytes)
+    peaks = {stage: train({"num_workers": 4, "num_micro_batches": 2, "segment_size": 2, "steps": 1,
+                           "zero_stage": stage})["measured_peak_bytes_per_worker"] for stage in (0, 1, 2, 3)}
+    assert max(peaks[3]) < min(peaks[2]) and max(peaks[2]) < min(peaks[1]) and max(peaks[1]) < min(peaks[0]), peaks
 
 
 def test_m1_40_zero_stage_3_sends_its_gathers_on_a_skipped_step_and_stage_2_its_reduce_scatter() -> None:
@@ -213,13 +223,16 @@ def test_m1_40_stage_metrics() -> None:
     assert run["examples_per_second"] == pytest.approx(30 * 12 / sum(seconds), rel=1e-12)
     peaks = run["measured_peak_bytes_per_worker"]
     assert len(peaks) == 3 and all(type(p) is int and p > 0 for p in peaks)
-    # Measured one worker at a time, the peak follows the per-worker memory: a quarter of the batch on each of 4
-    # workers needs 0.43 of one worker's peak (measured), micro-batches and checkpointing 0.66 of that again
+    # Measured one worker at a time, the peak follows the per-worker memory. Each worker holds 4Ψ bytes of weights
+    # and 8Ψ of Adam moments (stage 0); above that its pass is mostly activations: a quarter of the batch on each of
+    # 4 workers needs 0.36 of one worker's (measured), micro-batches and checkpointing 0.54 of that again
     big = {"layer_widths": [32, 256, 256, 256, 256, 4], "n": 1024, "batch": 1024, "steps": 1}
-    one = train(big)["measured_peak_bytes_per_worker"]
+    one = train(big)
+    held = 12 * sum(p.size for p in one["final_params"].values())
     four = train({**big, "num_workers": 4})["measured_peak_bytes_per_worker"]
     lean = train({**big, "num_workers": 4, "segment_size": 2, "num_micro_batches": 4})["measured_peak_bytes_per_worker"]
-    assert max(four) < 0.5 * one[0] and max(lean) < 0.75 * min(four), (one, four, lean)
+    one = one["measured_peak_bytes_per_worker"]
+    assert max(four) - held < 0.5 * (one[0] - held) and max(lean) - held < 0.75 * (min(four) - held), (one, four, lean)
 
 
 @pytest.mark.parametrize(("config", "error"), [

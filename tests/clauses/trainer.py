@@ -52,6 +52,7 @@ WITNESSES = {
             existing("train", "counts the whole gradient as sent by each worker"),
             existing("train", "bills ZeRO-2 and -3 as the ring"),
             existing("train", "ZeRO-3 gathers once per step"),
+            existing("train", "ZeRO-2/3 reduce-scatter once per step"),
             existing("train", "ZeRO-2 bills the all-gather on a skipped step"),
             existing("train", "steps on worker 0's gradient only"),
             existing("train", "memory report that ignores the ZeRO stage"),

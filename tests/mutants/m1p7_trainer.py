@@ -30,8 +30,15 @@ def _equal_average_step(params, states, scaler, X, Y, c, lr):
     N = c["num_workers"]
     original = ref._worker_gradient
 
-    def mean_gradient(params_, X_k, Y_k, c_, scale, gather=None):
-        grads, losses = original(params_, X_k, Y_k, c_, scale, gather)
+    def mean_gradient(params_, X_k, Y_k, c_, scale, exchange=None):
+        if exchange is not None:  # stages 2-3: each contribution weighted by batch / (N n_k) more
+            factor = exchange.factor
+            exchange.factor = np.float32(factor * len(X) / (N * len(X_k)))
+            try:
+                return original(params_, X_k, Y_k, c_, scale, exchange)
+            finally:
+                exchange.factor = factor
+        grads, losses = original(params_, X_k, Y_k, c_, scale)
         return {k: g * np.float32(len(X) / (N * len(X_k))) for k, g in grads.items()}, losses
 
     ref._worker_gradient = mean_gradient
@@ -66,16 +73,23 @@ def _ring_bytes(info, c, psi, s):
     return max(ref.ring_bytes_per_worker(psi, c["num_workers"], 4)) if c["num_workers"] > 1 else 0
 
 
+def _reduced_once(info, c, psi, s):
+    """Stages 2-3 bill one reduce-scatter per step, as if a full gradient were accumulated over the micro-batches
+    (stage 2: 2(N-1)s, stage 3: (2M+1)(N-1)s): the gradient is sharded, so every micro-batch reduce-scatters."""
+    N, M = c["num_workers"], c["num_micro_batches"]
+    return ((2 * M + 1) if c["zero_stage"] == 3 else (1 if info["skipped"] else 2)) * (N - 1) * s * 4
+
+
 def _gathers_once(info, c, psi, s):
     """Stage 3 gathers the layers once per step for the forward and once for the backward, whatever M."""
-    N = c["num_workers"]
-    return (3 if c["zero_stage"] == 3 else (1 if info["skipped"] else 2)) * (N - 1) * s * 4
+    N, M = c["num_workers"], c["num_micro_batches"]
+    return ((M + 2) if c["zero_stage"] == 3 else (M if info["skipped"] else M + 1)) * (N - 1) * s * 4
 
 
 def _all_gather_when_skipped(info, c, psi, s):
     """Stage 2 bills its all-gather on a skipped step too."""
     N, M = c["num_workers"], c["num_micro_batches"]
-    return ((2 * M + 1) if c["zero_stage"] == 3 else 2) * (N - 1) * s * 4
+    return (3 * M if c["zero_stage"] == 3 else M + 1) * (N - 1) * s * 4
 
 
 def _own_gradient_step(params, states, scaler, X, Y, c, lr):
@@ -122,7 +136,7 @@ def _loop(*, lower_lr=True, restore=True, stop=True, against="smallest", snapsho
             rows = permutation[(step % per_epoch) * c["batch"]:(step % per_epoch + 1) * c["batch"]]
             Xb, Yb = X[rows], Y[rows]
             if peak is None:
-                worker_peaks = ref._worker_peaks(params, scaler, Xb, Yb, c)
+                worker_peaks = ref._worker_peaks(params, states, scaler, Xb, Yb, c)
                 tic = time.perf_counter()
                 (new_params, new_states, new_scaler, info), peak = ref.peak_memory_bytes(
                     ref.train_step, params, states, scaler, Xb, Yb, c, lr)
@@ -185,6 +199,8 @@ MUTANTS = {
         ("counts the whole gradient as sent by each worker", _with_step(_bytes_whole_gradient_step)),
         ("bills ZeRO-2 and -3 as the ring (stage 3's parameter gathers forgotten)", _with_step(_stage_bytes_step(_ring_bytes))),
         ("ZeRO-3 gathers once per step, not before every micro-batch", _with_step(_stage_bytes_step(_gathers_once))),
+        ("ZeRO-2/3 reduce-scatter once per step, not after every micro-batch",
+         _with_step(_stage_bytes_step(_reduced_once))),
         ("ZeRO-2 bills the all-gather on a skipped step", _with_step(_stage_bytes_step(_all_gather_when_skipped))),
         ("steps on worker 0's gradient only (forgets the all-reduce)", _with_step(_own_gradient_step)),
         ("memory report that ignores the ZeRO stage", _report_ignores_zero),

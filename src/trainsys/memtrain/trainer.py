@@ -19,24 +19,31 @@ precision: the gradients are exchanged unscaled in float32), the busiest worker 
 - stage 0: the ring all-reduce, ``max(ring_bytes_per_worker(Ψ, N, 4))``;
 - stage 1: the same count (:func:`~trainsys.memtrain.zero.zero_optimizer_step`'s reduce-scatter and
   all-gather move what the ring moves);
-- stage 2: **executed** — each layer's gradients reduce-scattered in backward order, Adam on the worker's
-  shard, the new parameter shards all-gathered: :math:`2(N-1)s\,b` (a skipped step sends the
-  reduce-scatter only, :math:`(N-1)s\,b`: it happens during the backward pass, before anyone knows);
-- stage 3: **executed** — the parameters live only as shards; before every micro-batch's forward each
-  worker all-gathers the layers, and again before its backward (recomputation included), then the
-  reduce-scatter, and the updated shards stay put: :math:`(2M+1)(N-1)s\,b` with ``M`` micro-batches per
-  worker, skipped or not (:math:`3(N-1)s\,b` for ``M = 1``, the paper's :math:`3\Psi`).
+- stage 2: **executed** — the gradient is sharded, so each micro-batch's backward reduce-scatters every
+  layer's gradient as soon as it is made (a worker never holds a full gradient: its shard and one layer),
+  then Adam on the worker's shard and an all-gather of the new parameter shards:
+  :math:`(M+1)(N-1)s\,b` with ``M`` micro-batches per worker (a skipped step sends the reduce-scatters only,
+  :math:`M(N-1)s\,b`: they happen during the backward passes, before anyone knows);
+- stage 3: **executed** — the parameters live only as shards; before each layer's forward in every
+  micro-batch the layer is all-gathered and freed after use, again before its backward (with
+  checkpointing, a segment's layers are gathered together for its rebuild and backward), then the layer's
+  gradient is reduce-scattered; the updated shards stay put: :math:`3M(N-1)s\,b`, skipped or not
+  (:math:`3(N-1)s\,b` for ``M = 1``, the paper's :math:`3\Psi`).
+
+Reducing after every micro-batch is what a sharded gradient forces: DeepSpeed's engine communicates "during
+non gradient accumulation boundaries as well" at stage ≥ 2 and refuses ``no_sync`` there ("incompatible with
+gradient partitioning logic of ZeRO stage 2"; ``deepspeed/runtime/engine.py``, ``DeepSpeedEngine.
+allreduce_gradients`` and ``no_sync``), whereas stages 0–1 keep a full local gradient and exchange once per step.
 
 Stages 2 and 3 send every message through :func:`~trainsys.memtrain.zero_stages.send_message` and count
-the bytes from that log. Their arithmetic is stage 1's operation for operation (reduction in worker order,
-then the same Adam), so stages 1–3 give bit-identical runs. One simplification: the package's forward
-takes the whole layer list, so a stage-3 worker gathers all layers before a forward (and a backward) and
-frees them after it; gathering one layer at a time — the schedule whose memory is
-:math:`\Psi/N` plus one layer — is :func:`~trainsys.memtrain.zero_stages.train_zero`'s, measured there. With float32 compute every
-configuration follows the plain single-worker baseline to float rounding; float16 compute follows it
-within float16's resolution. :func:`train` returns a run record: the validated config, the
-seed, per-step losses, bytes communicated, the per-worker memory report and the measured peak of the
-first step (of the whole simulation: every worker lives in this one process).
+the bytes from that log. The workers run one after the other; each owner adds the pieces it receives into
+its gradient shard, so with ``M = 1`` the sum is stage 1's ((g_0 + g_1) + …)/N and stages 1–3 give
+bit-identical runs; with ``M > 1`` the same ``N M`` float32 terms are summed in another order (stages 2 and 3
+still agree bit for bit with each other). With float32 compute every configuration follows the plain
+single-worker baseline to float rounding; float16 compute follows it within float16's resolution.
+:func:`train` returns a run record: the validated config, the seed, per-step losses, bytes communicated, the
+per-worker memory report, the measured peak of the first step (of the whole simulation: every worker lives
+in this one process) and each worker's measured peak.
 
 **Stop condition and rollback.** Large runs watch the loss for spikes and divergence, go back to
 a state saved before the spike and go on with a lower learning rate or other data (Chowdhery et
@@ -62,17 +69,20 @@ every step returns new arrays and dicts (``adam_step``, ``zero_optimizer_step`` 
 
 **Stage metrics.** Each history entry records its wall time (``time.perf_counter``, a monotonic
 clock); the record gives the throughput (examples of every step run over the sum of the step
-times) and the ``tracemalloc`` peak of each worker's gradient computation in the first step,
-measured one worker at a time (``peak_memory_bytes`` cannot nest, so this is a separate pass on the
-first step's shards before the step itself runs). Step 0 runs under ``tracemalloc``, which traces every
+times) and each worker's peak bytes in the first step, measured one worker at a time
+(``peak_memory_bytes`` cannot nest, so this is a separate pass on the first step's shards before the step
+itself runs): the ``tracemalloc`` peak of its forward and backward passes (activations, gathered layers, its
+gradient accumulator or the layer gradients it reduce-scatters, the messages it sends) plus the bytes it holds
+from before (parameters or their shard, Adam moments or their shard, its gradient shard). It falls with the
+stage as Lesson 39's table does: for the lesson's all-on run (4 workers, ``M = 2``, segments of 2) about
+279k, 196k, 172k and 155k bytes at stages 0–3. Step 0 runs under ``tracemalloc``, which traces every
 allocation: its recorded time is several times the others'.
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -82,19 +92,19 @@ from trainsys._validation import require_int, require_keys, require_real
 from trainsys.memtrain import zero
 from trainsys.memtrain import zero_stages as zs
 from trainsys.memtrain.accumulation import micro_batch_bounds
-from trainsys.memtrain.checkpointing import (
-    deep_mlp_backward,
-    deep_mlp_forward,
-    init_deep_mlp_params,
-    mlp_backward_checkpointed,
-    mlp_forward_checkpointed,
-    validate_layer_widths,
-)
+from trainsys.memtrain.checkpointing import init_deep_mlp_params, validate_layer_widths
 from trainsys.memtrain.data_parallel import flatten_params, shard_dataset_across_workers, unflatten_params
 from trainsys.memtrain.measure import peak_memory_bytes
 from trainsys.memtrain.memory import memory_report
 from trainsys.memtrain.mixed_precision import init_loss_scaler, update_loss_scale
-from trainsys.memtrain.mlp import make_synthetic_regression_batch
+from trainsys.memtrain.mlp import (
+    first_linear_backward,
+    linear_backward,
+    linear_forward,
+    make_synthetic_regression_batch,
+    relu_backward,
+    relu_forward,
+)
 from trainsys.memtrain.ring_allreduce import ring_all_reduce_mean, ring_bytes_per_worker
 
 DEFAULTS: dict[str, Any] = {
@@ -143,42 +153,127 @@ def validate_train_config(config: Mapping | None) -> dict[str, Any]:
 
 
 def _layers(params: Mapping[str, np.ndarray], dtype: type) -> list[dict[str, np.ndarray]]:
+    """The layers in the compute dtype: the float32 master itself (no copy) or its float16 copy."""
     L = len(params) // 2
-    return [{"W": params[f"W{l}"].astype(dtype), "b": params[f"b{l}"].astype(dtype)} for l in range(L)]
+    return [{"W": params[f"W{l}"].astype(dtype, copy=False), "b": params[f"b{l}"].astype(dtype, copy=False)}
+            for l in range(L)]
+
+
+class _ShardedExchange:
+    """ZeRO-2/3 (the sharded gradient, and at stage 3 the sharded parameters) for one step of all workers.
+
+    Owner ``j`` accumulates its gradient shard ``(s,)`` float32 in ``shards[j]``; a worker's pass hands each layer's
+    gradient of each micro-batch to :meth:`reduce_scatter`, which sends the pieces of the layer's range ``R_l`` that
+    other workers own through :func:`~trainsys.memtrain.zero_stages.send_message` and adds them into the owners'
+    shards (its own piece stays). At stage 3 :meth:`gather` all-gathers layers from the owners' parameter shards
+    (``S_j`` of the padded float32 master) into fresh buffers, dropped by the caller after use. Every message goes
+    into ``log``. The workers run one after the other, so an owner's shard sums worker by worker and, within a
+    worker, micro-batch by micro-batch; with ``M = 1`` that is the worker order of
+    :func:`~trainsys.memtrain.zero.reduce_scatter_mean`.
+    """
+
+    def __init__(self, params: Mapping[str, np.ndarray], c: Mapping, batch: int, log: list[dict]) -> None:
+        self.lay = zs.zero_layout(c["layer_widths"], c["num_workers"])
+        self.flat = _padded(params, self.lay) if c["zero_stage"] == 3 else None  # (P,): the owners' shards
+        self.owners = [zs.ZeroWorker(j) for j in range(self.lay.num_workers)]
+        self.shards = [np.zeros(self.lay.shard, np.float32) for _ in self.owners]  # N x (s,)
+        self.factor = np.float32(c["num_workers"] / batch)  # worker k's gradient is (N / batch) S_k
+        self.dtype = np.float16 if c["precision"] == "mixed" else np.float32
+        self.log, self.rank = log, 0
+
+    def gather(self, ls: Sequence[int], phase: str) -> dict[int, dict[str, np.ndarray]]:
+        """Stage 3: layers ``ls`` all-gathered for worker ``rank``, in the compute dtype (a fresh buffer each)."""
+        out = {}
+        for l in ls:
+            lo, w_stop, b_stop, hi = self.lay.layers[l]
+            buf = np.empty(hi - lo, np.float32)  # (|R_l|,): the layer, padding included for the last one
+            zs.gather_to_(self.rank, self.owners, self.lay, lo, hi, lambda owner: (self.flat, 0), buf, lo, self.log,
+                          step=0, phase=phase, layer=l)
+            w_in, w_out = self.lay.layer_widths[l], self.lay.layer_widths[l + 1]
+            out[l] = {"W": buf[:w_stop - lo].reshape(w_in, w_out).astype(self.dtype, copy=False),
+                      "b": buf[w_stop - lo:b_stop - lo].astype(self.dtype, copy=False)}
+        return out
+
+    def reduce_scatter(self, l: int, dW: np.ndarray, db: np.ndarray, scale: float) -> None:
+        """Layer ``l``'s gradient of one micro-batch (scaled by ``scale``, compute dtype), unscaled in float32 and
+        weighted by ``N / batch``, sent piece by piece to the owners of ``R_l`` and added into their shards."""
+        lo, w_stop, b_stop, hi = self.lay.layers[l]
+        flat = np.zeros(hi - lo, np.float32)  # (|R_l|,); the padding has gradient 0
+        flat[:w_stop - lo] = (dW.astype(np.float32) / np.float32(scale)).reshape(-1) * self.factor
+        flat[w_stop - lo:b_stop - lo] = (db.astype(np.float32) / np.float32(scale)) * self.factor
+        s = self.lay.shard
+        for j, a, b in self.lay.pieces(lo, hi):
+            piece = flat[a - lo:b - lo]
+            if j != self.rank:
+                piece = zs.send_message(self.log, piece, step=0, phase="gradient reduce-scatter", layer=l,
+                                        sender=self.rank, receiver=j)
+            self.shards[j][a - j * s:b - j * s] += piece
+
+    def mean_shards(self) -> list[np.ndarray]:
+        """Each owner's shard of the mean gradient over workers: its sum divided by ``N`` (new arrays)."""
+        return [shard / np.float32(len(self.owners)) for shard in self.shards]
 
 
 def _worker_gradient(params: dict, X: np.ndarray, Y: np.ndarray, c: dict, scale: float,
-                     gather: Callable[[str], list[dict[str, np.ndarray]]] | None = None) -> tuple[dict, float]:
-    """Σ over the worker's examples of the per-example loss gradient (float32), and Σ of the losses.
+                     exchange: _ShardedExchange | None = None) -> tuple[dict | None, float]:
+    """One worker's forward and backward passes over its micro-batches, layer by layer; Σ of its losses.
 
-    ``gather`` (ZeRO-3): ``phase → layers``, the worker's layers all-gathered from the owners' shards; called
-    before every micro-batch's forward and again before its backward (each gathered copy is dropped after
-    use). Without it the worker holds every layer.
+    Without ``exchange`` (stages 0–1) each layer's gradient is unscaled into a float32 accumulator shaped like
+    ``params``, returned: Σ over the worker's examples of the per-example loss gradient. With it (stages 2–3, worker
+    ``exchange.rank``) each layer's gradient goes to :meth:`_ShardedExchange.reduce_scatter` as soon as it is made
+    and is dropped; at stage 3 each layer is all-gathered just before its forward and again before its segment's
+    backward (recomputation included) and freed after use. Returns ``(accumulator or None, Σ losses)``. The layer
+    operations are :func:`~trainsys.memtrain.checkpointing.deep_mlp_forward`'s / ``_backward``'s and the
+    checkpointed ones' (same functions, same order): the gradients are theirs bit for bit.
     """
     dtype = np.float16 if c["precision"] == "mixed" else np.float32
-    held = _layers(params, dtype) if gather is None else None
-    acc = {key: np.zeros_like(value) for key, value in params.items()}
+    L, seg = len(params) // 2, c["segment_size"]
+    stage3 = exchange is not None and exchange.flat is not None
+    held = None if stage3 else dict(enumerate(_layers(params, dtype)))
+
+    def fetch(ls: Sequence[int], phase: str) -> dict[int, dict[str, np.ndarray]]:
+        return exchange.gather(ls, phase) if stage3 else {l: held[l] for l in ls}
+
+    def forward(layer: dict, a: np.ndarray, l: int) -> np.ndarray:
+        z = linear_forward(a, layer["W"], layer["b"])  # (rows, w_{l+1})
+        return relu_forward(z) if l < L - 1 else z
+
+    acc = None if exchange is not None else {key: np.zeros_like(value) for key, value in params.items()}
+    # the backward's units: one layer (plain), or a segment, whose layers are gathered together for its rebuild
+    segments = [(l, l + 1) for l in range(L)] if seg is None else [(a, min(a + seg, L)) for a in range(0, L, seg)]
     loss_sum = 0.0
     for start, stop in micro_batch_bounds(len(X), c["num_micro_batches"]):
         x, y = X[start:stop].astype(dtype), Y[start:stop]
-        layers = held if gather is None else gather("forward all-gather")
-        if c["segment_size"] is None:
-            Y_hat, cache = deep_mlp_forward(layers, x)
-        else:
-            Y_hat, cache = mlp_forward_checkpointed(layers, x, c["segment_size"])
-        diff = Y_hat.astype(np.float32) - y  # (rows, d_out), float32
+        kept, a = [], x  # plain: every layer's input a_0 … a_{L-1}; checkpointed: each segment's first input
+        for l in range(L):
+            if seg is None or l % seg == 0:
+                kept.append(a)
+            a = forward(fetch([l], "forward all-gather")[l], a, l)
+        diff = a.astype(np.float32) - y  # (rows, d_out), float32
         loss_sum += float(np.sum(diff.astype(np.float64) ** 2)) / y.shape[1]
-        dY = (diff * (2.0 * scale / y.shape[1])).astype(dtype)  # gradient of scale · Σ per-example losses
-        del Y_hat, diff
-        if gather is not None:
-            del layers  # freed after the forward; the backward gathers its own copy
-            layers = gather("backward all-gather")
-        grads = deep_mlp_backward(layers, cache, dY) if c["segment_size"] is None \
-            else mlp_backward_checkpointed(layers, cache, dY)[0]
-        for l, g in enumerate(grads):
-            acc[f"W{l}"] += g["W"].astype(np.float32) / np.float32(scale)  # unscale in float32
-            acc[f"b{l}"] += g["b"].astype(np.float32) / np.float32(scale)
-        del cache, grads, layers
+        g = (diff * (2.0 * scale / y.shape[1])).astype(dtype)  # gradient of scale · Σ per-example losses
+        del a, diff
+        for first, last in reversed(segments):
+            layers = fetch(range(first, last), "backward all-gather")
+            inputs = kept if seg is None else [kept.pop()]
+            if seg is not None:
+                for l in range(first, last - 1):  # rebuild the segment's inputs from its first
+                    inputs.append(forward(layers[l], inputs[-1], l))
+            for l in range(last - 1, first - 1, -1):
+                a_l = inputs.pop()
+                if l == 0:
+                    dW, db = first_linear_backward(g, a_l)
+                else:
+                    dA, dW, db = linear_backward(g, a_l, layers[l]["W"])  # dA: (rows, w_l)
+                    g = relu_backward(dA, a_l)  # mask 1[a_l > 0]
+                    del dA
+                del layers[l], a_l  # stage 3: this layer's gathered copy is freed
+                if exchange is None:
+                    acc[f"W{l}"] += dW.astype(np.float32) / np.float32(scale)  # unscale in float32
+                    acc[f"b{l}"] += db.astype(np.float32) / np.float32(scale)
+                else:
+                    exchange.reduce_scatter(l, dW, db, scale)
+                del dW, db
     return acc, loss_sum
 
 
@@ -189,84 +284,55 @@ def _padded(tree: Mapping[str, np.ndarray], lay: zs.ZeroLayout) -> np.ndarray:
     return flat
 
 
-def _stage3_gatherer(params: dict, c: dict, lay: zs.ZeroLayout, log: list[dict]
-                     ) -> Callable[[int, str], list[dict[str, np.ndarray]]]:
-    """ZeRO-3: ``(k, phase) → worker k's layers``, all-gathered layer by layer from the owners' shards.
-
-    Owner ``j``'s shard is ``S_j`` of the padded float32 master; every piece that crosses to another worker
-    goes through :func:`~trainsys.memtrain.zero_stages.send_message` into ``log`` (``(N-1)s`` elements sent
-    by each owner per gather). The layers come back in the compute dtype.
-    """
-    flat = _padded(params, lay)
-    owners = [zs.ZeroWorker(j) for j in range(lay.num_workers)]
-    widths = lay.layer_widths
-    dtype = np.float16 if c["precision"] == "mixed" else np.float32
-
-    def gather(k: int, phase: str) -> list[dict[str, np.ndarray]]:
-        buf = np.empty(lay.padded, np.float32)  # (P,): this worker's gathered copy
-        layers = []
-        for l, (lo, w_stop, b_stop, hi) in enumerate(lay.layers):
-            zs.gather_to_(k, owners, lay, lo, hi, lambda owner: (flat, 0), buf, 0, log, step=0, phase=phase, layer=l)
-            layers.append({"W": buf[lo:w_stop].reshape(widths[l], widths[l + 1]).astype(dtype),
-                           "b": buf[w_stop:b_stop].astype(dtype)})
-        return layers
-
-    return gather
-
-
-def _reduce_scatter_by_layer(worker_grads: list[dict], lay: zs.ZeroLayout, log: list[dict]) -> list[np.ndarray]:
-    """ZeRO-2/3: each layer's gradients reduce-scattered in backward order; worker ``k`` keeps ``(s,)`` float32.
-
-    :func:`~trainsys.memtrain.zero_stages.reduce_scatter_mean_` sums in worker order and divides by ``N``,
-    the arithmetic of :func:`~trainsys.memtrain.zero.zero_optimizer_step`'s reduce-scatter.
-    """
-    workers = [zs.ZeroWorker(k) for k in range(lay.num_workers)]
-    for w, grads in zip(workers, worker_grads):
-        w.hold("gradients", "full", _padded(grads, lay))
-        w.hold("gradients", "shard", np.zeros(lay.shard, np.float32))
-    for l in range(len(lay.layers) - 1, -1, -1):
-        lo, _, _, hi = lay.layers[l]
-        zs.reduce_scatter_mean_(workers, lay, lo, hi, lambda w: (w.get("gradients", "full"), 0),
-                                lambda w: (w.get("gradients", "shard"), lay.shard_range(w.rank)[0]), log, step=0,
-                                phase="gradient reduce-scatter", layer=l)
-    return [w.get("gradients", "shard") for w in workers]
-
-
 def _sharded_adam(params: dict, grad_shards: list[np.ndarray], states: list[dict], hp: dict, stage: int,
                   lay: zs.ZeroLayout, log: list[dict]) -> tuple[dict, list[dict]]:
-    """Adam on each worker's shard; at stage 2 the updated shards are all-gathered (logged), at stage 3 they
-    stay where they are (the returned master is their concatenation, an observer's view)."""
+    """Adam on each worker's shard; at stage 2 the updated shards are all-gathered (logged, one receiver at a time:
+    every receiver gets the same vector, worker 0's is kept), at stage 3 they stay where they are (the returned
+    master is their concatenation, an observer's view)."""
     flat = _padded(params, lay)
-    shards, new_states = [], []
+    owners, new_states = [], []
     for k, (grad, state) in enumerate(zip(grad_shards, states)):
         a, b = lay.shard_range(k)
         shard, new_state = zero.local_shard_adam_update(flat[a:b], grad, state, hp)
-        shards.append(shard)
+        owners.append(zs.ZeroWorker(k))
+        owners[-1].hold("parameters", "shard", shard)
         new_states.append(new_state)
+    del flat
     if stage == 2:
-        workers = [zs.ZeroWorker(k) for k in range(lay.num_workers)]
-        for w, shard in zip(workers, shards):
-            w.hold("parameters", "shard", shard)
-            w.hold("parameters", "full", np.empty(lay.padded, np.float32))
-        zs.all_gather_(workers, lay, 0, lay.padded, lambda w: (w.get("parameters", "shard"), lay.shard_range(w.rank)[0]),
-                       lambda w: (w.get("parameters", "full"), 0), log, step=0, phase="parameter all-gather", layer=None)
-        new_flat = workers[0].get("parameters", "full")
+        new_flat = None
+        for k in range(lay.num_workers):
+            received = np.empty(lay.padded, np.float32)  # (P,): worker k's full parameters
+            zs.gather_to_(k, owners, lay, 0, lay.padded,
+                          lambda w: (w.get("parameters", "shard"), lay.shard_range(w.rank)[0]), received, 0, log,
+                          step=0, phase="parameter all-gather", layer=None)
+            new_flat = received if new_flat is None else new_flat
     else:
-        new_flat = np.concatenate(shards)
+        new_flat = np.concatenate([w.get("parameters", "shard") for w in owners])
     return unflatten_params(new_flat[:lay.psi], params), new_states
 
 
-def _worker_peaks(params: dict, scaler: dict, X: np.ndarray, Y: np.ndarray, c: dict) -> list[int]:
-    """``tracemalloc`` peak (bytes) of each worker's gradient computation on its shard of ``(X, Y)``, one at a time."""
+def _held_bytes(k: int, params: dict, states: Any, c: dict, exchange: _ShardedExchange | None) -> int:
+    """Bytes worker ``k`` holds from before its pass: its parameters (all, or at stage 3 its shard ``s``), its Adam
+    moments (all, or their shard) and at stages 2–3 its gradient shard."""
+    stage = c["zero_stage"]
+    parameters = 4 * exchange.lay.shard if stage == 3 else sum(p.nbytes for p in params.values())
+    optimizer = zero.optimizer_state_bytes(states[k] if stage >= 1 else states)
+    return parameters + optimizer + (exchange.shards[k].nbytes if exchange is not None else 0)
+
+
+def _worker_peaks(params: dict, states: Any, scaler: dict, X: np.ndarray, Y: np.ndarray, c: dict) -> list[int]:
+    """Each worker's peak bytes in its step, one worker at a time: the ``tracemalloc`` peak of its pass
+    (:func:`_worker_gradient`: activations, the gathered layers, its gradient accumulator or the layer gradients it
+    reduce-scatters, the messages it sends) plus :func:`_held_bytes` (what it holds from before the pass)."""
     scale = float(scaler["scale"]) if c["precision"] == "mixed" else 1.0
-    gather = _stage3_gatherer(params, c, zs.zero_layout(c["layer_widths"], c["num_workers"]), []) \
-        if c["zero_stage"] == 3 else None
+    exchange = _ShardedExchange(params, c, len(X), []) if c["zero_stage"] >= 2 else None  # outside the measurement
     peaks = []
     for k, (X_k, Y_k) in enumerate(shard_dataset_across_workers(X, Y, c["num_workers"])):
-        mine = None if gather is None else functools.partial(gather, k)
+        if exchange is not None:
+            exchange.rank = k
         with np.errstate(over="ignore", invalid="ignore"):
-            _, peak = peak_memory_bytes(_worker_gradient, params, X_k, Y_k, c, scale, mine)
-        peaks.append(int(peak))
+            _, peak = peak_memory_bytes(_worker_gradient, params, X_k, Y_k, c, scale, exchange)
+        peaks.append(int(peak) + _held_bytes(k, params, states, c, exchange))
     return peaks
 
 
@@ -277,19 +343,24 @@ def train_step(params: dict, states: Any, scaler: dict, X: np.ndarray, Y: np.nda
     N, batch, stage = c["num_workers"], len(X), c["zero_stage"]
     scale = float(scaler["scale"]) if c["precision"] == "mixed" else 1.0
     log: list[dict] = []  # stages 2 and 3: every message of the step
-    lay = zs.zero_layout(c["layer_widths"], N) if stage >= 2 else None
-    gather = _stage3_gatherer(params, c, lay, log) if stage == 3 else None
+    exchange = _ShardedExchange(params, c, batch, log) if stage >= 2 else None
     worker_grads, loss_sum = [], 0.0
     for k, (X_k, Y_k) in enumerate(shard_dataset_across_workers(X, Y, N)):
+        if exchange is not None:
+            exchange.rank = k
         with np.errstate(over="ignore", invalid="ignore"):  # float16 overflow is detected below, not warned
-            grads, losses = _worker_gradient(params, X_k, Y_k, c, scale,
-                                             None if gather is None else functools.partial(gather, k))
-        worker_grads.append({k: g * np.float32(N / batch) for k, g in grads.items()})  # mean over workers = ḡ
+            grads, losses = _worker_gradient(params, X_k, Y_k, c, scale, exchange)
+        if exchange is None:
+            worker_grads.append({k: g * np.float32(N / batch) for k, g in grads.items()})  # mean over workers = ḡ
         loss_sum += losses
-    finite = all(np.all(np.isfinite(g)) for grads in worker_grads for g in grads.values())
-    if stage >= 2:  # reduce-scattered during the backward pass, before anyone knows whether to skip
+    if exchange is not None:  # reduce-scattered during the backward passes, before anyone knows whether to skip
+        exchange.flat = None  # the gathers are over; the owners' parameter shards are read again by Adam
         with np.errstate(over="ignore", invalid="ignore"):
-            grad_shards = _reduce_scatter_by_layer(worker_grads, lay, log)
+            grad_shards = exchange.mean_shards()
+        exchange.shards = None
+        finite = all(np.all(np.isfinite(g)) for g in grad_shards)
+    else:
+        finite = all(np.all(np.isfinite(g)) for grads in worker_grads for g in grads.values())
     psi = sum(p.size for p in params.values())
 
     def sent() -> int:  # the busiest worker's bytes this step
@@ -303,7 +374,7 @@ def train_step(params: dict, states: Any, scaler: dict, X: np.ndarray, Y: np.nda
         return params, states, scaler, {"loss": loss_sum / batch, "skipped": True, "bytes": sent()}
     hp = {"lr": lr, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
     if stage >= 2:  # sharded Adam; stage 2 all-gathers the new parameters, stage 3 keeps them sharded
-        params, states = _sharded_adam(params, grad_shards, states, hp, stage, lay, log)
+        params, states = _sharded_adam(params, grad_shards, states, hp, stage, exchange.lay, log)
     elif stage == 1:  # reduce-scatter + sharded Adam + all-gather
         params, states = zero.zero_optimizer_step(params, worker_grads, states, hp)
     else:  # ring all-reduce, then unsharded Adam on every worker (identical: computed once here)
@@ -328,7 +399,7 @@ def train(config: Mapping | None = None) -> dict[str, Any]:
     step, ``skipped``, ``bytes`` — the busiest worker's, by stage (module docstring), on rolled-back steps
     too —, ``scale`` after the step and any rollback, ``seconds``), ``losses``,
     ``bytes_communicated_per_worker``, ``memory_report``, ``measured_first_step_peak_bytes_all_workers``,
-    ``measured_peak_bytes_per_worker`` (N ints), ``examples_per_second``, ``rollbacks`` (``{"step",
+    ``measured_peak_bytes_per_worker`` (N ints, module docstring), ``examples_per_second``, ``rollbacks`` (``{"step",
     "reason", "lr"}`` each, ``lr`` after lowering), ``stopped`` (None or the reason, naming the step),
     ``final_params`` (the last good state's weights when stopped) and ``wall_time_s``.
     """
@@ -353,7 +424,7 @@ def train(config: Mapping | None = None) -> dict[str, Any]:
         rows = permutation[(step % batches_per_epoch) * c["batch"]:(step % batches_per_epoch + 1) * c["batch"]]
         Xb, Yb = X[rows], Y[rows]
         if peak is None:  # the first step: each worker's gradient alone, then the whole step
-            worker_peaks = _worker_peaks(params, scaler, Xb, Yb, c)
+            worker_peaks = _worker_peaks(params, states, scaler, Xb, Yb, c)
             tic = time.perf_counter()
             (new_params, new_states, new_scaler, info), peak = peak_memory_bytes(
                 train_step, params, states, scaler, Xb, Yb, c, lr)
