@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile_class import ASSIGNMENT, FUNCTION, STEM, WRONG, make_course, solution
+from tests.hostile_class import ASSIGNMENT, FUNCTION, STEM, WRONG, copy_course, make_course, solution
 from trainsys.course import REPO, submit
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")
@@ -43,17 +43,45 @@ def grade(python: Path, course: Path, *extra: str) -> subprocess.CompletedProces
                           timeout=300)
 
 
-def test_a_course_cloned_under_tmp_in_a_path_with_a_space_grades_correctly(tmp_path: Path) -> None:
-    root = tmp_path / "a course"
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``(python, course)``: the clone's interpreter and a one-lesson course with its release, no submissions."""
+    root = tmp_path_factory.mktemp("anywhere") / "a course"
     assert str(root).startswith("/tmp/")
     python = clone_under(root)
-    course = make_course(root / "class")
+    return python, make_course(root / "class")
+
+
+def test_a_course_cloned_under_tmp_in_a_path_with_a_space_grades_correctly(clone: tuple[Path, Path]) -> None:
+    python, course = clone
     submit(course, "solved", ASSIGNMENT, {f"{STEM}.ipynb": {FUNCTION: solution()}})
     submit(course, "wrong", ASSIGNMENT, {f"{STEM}.ipynb": {FUNCTION: WRONG}})
     run = grade(python, course)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "self-test passed" in run.stdout
     with (course / "reports" / "summary.csv").open() as handle:
         rows = {row["student"]: row for row in csv.DictReader(handle)}
     assert float(rows["solved"]["score"]) == 5.0, rows["solved"]
     assert float(rows["wrong"]["score"]) == 0.0, rows["wrong"]
     assert "could not be confirmed" not in rows["solved"]["flags"] + rows["wrong"]["flags"], rows
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="hiding a folder from the sandbox's own user needs root")
+def test_a_setup_the_sandbox_cannot_see_stops_before_anyone_is_graded(clone: tuple[Path, Path],
+                                                                        tmp_path: Path) -> None:
+    """The clone's venv readable by its owner only (a clone made with umask 077): the sandbox's user
+    cannot start its Python. The self-test fails, names the folder, and nobody gets a grade."""
+    python, course = clone
+    broken = copy_course(course, tmp_path / "class")
+    submit(broken, "solved", ASSIGNMENT, {f"{STEM}.ipynb": {FUNCTION: solution()}})
+    venv = python.parent.parent
+    venv.chmod(0o700)
+    try:
+        run = grade(python, broken)
+    finally:
+        venv.chmod(0o755)
+    assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "self-test failed, so nobody was graded" in run.stderr
+    assert "the reference answer of 04_relu_forward.ipynb should have passed" in run.stderr
+    assert f"cannot see or read {venv}" in run.stderr, run.stderr[-2000:]
+    assert not (broken / "autograded").exists() and not (broken / "reports" / "summary.csv").exists()

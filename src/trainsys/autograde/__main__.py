@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 
 from trainsys.autograde.integrity import GraderChanged
-from trainsys.autograde.runner import JobResult, Options, _last_line, _nbgrader, grade_class
+from trainsys.autograde.runner import JobResult, Options, _last_line, _nbgrader, grade_class, plan
 from trainsys.autograde.sandbox import SandboxConfig, SandboxUnavailable, ensure_available
+from trainsys.autograde.selftest import SelfTestFailed, self_test
 
 UNSANDBOXED_WARNING = ("WARNING: --no-sandbox: student code runs with this user's rights and can read and change "
                        "every file this user can (other students' work, the gradebook, the grader itself). "
@@ -88,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
 
     options = Options(course=course, jobs=args.jobs, timeout=args.timeout, memory_limit_mb=args.memory_limit_mb,
                       force=args.force, db_url=args.db_url, sandbox=not args.no_sandbox)
+    try:  # never a class of zeros from a setup the sandbox cannot grade in
+        print(self_test(options, sorted({a for _, a in plan(course, args.assignment)})))
+    except SelfTestFailed as exc:
+        print(f"python -m trainsys.autograde: the self-test failed, so nobody was graded: {exc}", file=sys.stderr)
+        return 4
     start = time.perf_counter()
     try:
         results = grade_class(options, args.assignment)
