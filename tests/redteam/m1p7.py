@@ -798,10 +798,10 @@ def _train_core(config=None, *, weighting="sums", bytes_rule="ring_max", exchang
         new_scaler = update_loss_scale(scaler, not finite) if (mixed and update_scaler) else scaler
         if bytes_rule == "ring_max":  # the lesson's rule by stage (s = ceil(psi / N) floats of 4 bytes)
             shard = -(-psi // N)
-            if stage == 3:
-                nbytes = (2 * M + 1) * (N - 1) * shard * 4
-            elif stage == 2:
-                nbytes = (2 if finite else 1) * (N - 1) * shard * 4
+            if stage == 3:  # every micro-batch: forward gathers, backward gathers, reduce-scatter
+                nbytes = 3 * M * (N - 1) * shard * 4
+            elif stage == 2:  # a reduce-scatter per micro-batch, the all-gather if the step is taken
+                nbytes = (M + (1 if finite else 0)) * (N - 1) * shard * 4
             else:
                 nbytes = max(ring_bytes_per_worker(psi, N, 4))
         elif bytes_rule == "whole":
