@@ -71,21 +71,25 @@ def test_gpt_layer_in_16_bit_is_the_papers_formula(precision: str) -> None:
     for s, b, h, a in SHAPES:
         arch = gpt_layer(h, a)
         none = activation_bytes(arch, s, b, precision, "none")
-        assert none["per_layer"] == s * b * h * 34 + 5 * a * s * s * b  # s·b·h·(34 + 5as/h)
+        # s·b·h·(34 + 5as/h), plus the s×s boolean causal mask the explicit attention builds in every layer
+        assert none["per_layer"] == s * b * h * 34 + 5 * a * s * s * b + s * s
         assert activation_bytes(arch, s, b, precision, "selective")["per_layer"] == 34 * s * b * h
         full = activation_bytes(arch, s, b, precision, "full")
         assert full["per_layer"] == 2 * s * b * h
         # the paper's end terms: embedding dropout mask, final norm input, output projection input, fp32 logits
         assert none["outside"] == s * b * h * (1 + 2 + 2) + 4 * s * b * 1000
-        # transients: selective rebuilds one layer's scores (5as²b), full the whole layer but its input
-        assert activation_bytes(arch, s, b, precision, "selective")["recompute_peak"] == 5 * a * s * s * b
+        # transients: selective rebuilds one layer's scores (5as²b), its mask and the per-head copies of Q, K, V
+        # (2sbh each); full rebuilds the whole layer but its input
+        assert activation_bytes(arch, s, b, precision, "selective")["recompute_peak"] == \
+            5 * a * s * s * b + s * s + 3 * 2 * s * b * h
         assert full["recompute_peak"] == none["per_layer"] - 2 * s * b * h
 
 
 def test_other_precisions_gqa_and_swiglu() -> None:
     s, b, h, a = 512, 2, 1024, 16
     # fp32: every activation 4 bytes, the two dropout masks still 1 byte → 2 × (34 − 2) + 2 = 66 sbh; scores 4+1+4
-    assert activation_bytes(gpt_layer(h, a), s, b, "fp32", "none")["per_layer"] == 66 * s * b * h + 9 * a * s * s * b
+    assert activation_bytes(gpt_layer(h, a), s, b, "fp32", "none")["per_layer"] == \
+        66 * s * b * h + 9 * a * s * s * b + s * s
     # fp8: the four GEMM inputs (QKV, output projection, FC1: h each; FC2: 4h) are stored in 1 byte → 34 − 7
     assert activation_bytes(gpt_layer(h, a), s, b, "fp8", "selective")["per_layer"] == 27 * s * b * h
     # Llama style in 16-bit: no dropout; K, V shrink by k/a; SwiGLU stores gate, up (16-bit) and the down input
@@ -93,7 +97,7 @@ def test_other_precisions_gqa_and_swiglu() -> None:
         arch = {"style": "llama", "num_layers": 1, "hidden_size": h, "num_heads": a, "num_kv_heads": k,
                 "ffn_size": f, "vocab_size": 1000, "tied_embeddings": False, "max_positions": None}
         got = activation_bytes(arch, s, b, "mixed_bf16", "none")["per_layer"]
-        assert got == s * b * (12 * h + 4 * h * k // a + 6 * f) + 2 * a * s * s * b
+        assert got == s * b * (12 * h + 4 * h * k // a + 6 * f) + 2 * a * s * s * b + s * s
 
 
 def test_activations_scale_with_layers_and_not_with_accumulation_workers_or_zero() -> None:
@@ -102,7 +106,8 @@ def test_activations_scale_with_layers_and_not_with_accumulation_workers_or_zero
     assert acts == 32 * r["activations_per_layer"] + r["activations_outside_layers"] + r["activations_recompute_peak"]
     for change in ({"grad_accum_steps": 64}, {"num_workers": 64}, {"zero_stage": 3}):
         assert transformer_memory(base(**change))["activations"] == acts
-    assert transformer_memory(base(micro_batch_size=2))["activations"] == 2 * acts
+    # everything doubles with the micro-batch but the causal mask, one s×s bool per layer for any batch
+    assert transformer_memory(base(micro_batch_size=2))["activations"] == 2 * acts - 32 * 4096 * 4096
 
 
 def test_recomputation_never_increases_memory() -> None:
@@ -257,7 +262,7 @@ def random_configs(n: int, seed: int = 14) -> list[dict]:
             "micro_batch_size": rng.choice([1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 1024]),
             "grad_accum_steps": rng.choice([1, 2, 3, 4, 8, 16, 64]),
             "num_workers": rng.choice([1, 2, 3, 8, 64, 1000, 4096]),
-            "precision": rng.choice(["fp32", "mixed_fp16", "mixed_bf16", "fp8"]),
+            "precision": rng.choice(["fp32", "mixed_fp16", "mixed_bf16", "fp8", "autocast_bf16"]),
             "recompute": rng.choice(RECOMPUTE), "zero_stage": rng.randint(0, 3),
             "device_gb": rng.choice([24, 40, 80, 141, 141, 0.5, 2.5, 1000])})
         configs.append(config)
@@ -286,6 +291,16 @@ def test_javascript_and_python_agree_on_random_configurations() -> None:
             keys = [k for k in want if want[k] != got.get(k)]
             mismatches.append(f"{config}: {[(k, want[k], got.get(k)) for k in keys]}")
     assert not mismatches, f"{len(mismatches)} of {len(configs)} differ:\n" + "\n".join(mismatches[:5])
+
+
+@needs_node
+def test_javascript_and_python_agree_with_cpu_dropout_masks() -> None:
+    """The measured comparison's variant (masks in the activation's dtype, as on CPU) is in the twin too."""
+    configs = random_configs(300, seed=26)
+    js = run_js("data.map(c => m.transformerMemory(c, 'dtype'))", configs)
+    python = [json.loads(json.dumps(transformer_memory(c, dropout_masks="dtype"))) for c in configs]
+    assert python == js
+    assert any(p["activations"] != transformer_memory(c)["activations"] for c, p in zip(configs, python))
 
 
 def test_equality_is_exact_not_approximate() -> None:

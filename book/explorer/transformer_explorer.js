@@ -18,7 +18,7 @@
   };
   var MODELS = ["gpt2-small", "llama-3-8b", "llama-3-70b", "custom"];
   var STYLES = ["gpt2", "llama"];
-  var PRECISIONS = ["fp32", "mixed_fp16", "mixed_bf16", "fp8"];
+  var PRECISIONS = ["fp32", "mixed_fp16", "mixed_bf16", "fp8", "autocast_bf16"];
   var RECOMPUTE = ["none", "selective", "full"];
   var MAX_WORKERS = 65536;
   var ARCH_KEYS = ["style", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "vocab_size",
@@ -27,7 +27,11 @@
                      "recompute", "zero_stage", "device_gb"];
   // bytes per element: weights, gradients, optimizer state, stored activation e, stored GEMM input m
   var PRECISION_BYTES = { fp32: [4, 4, 8, 4, 4], mixed_fp16: [2, 2, 12, 2, 2], mixed_bf16: [2, 2, 12, 2, 2],
-                          fp8: [2, 2, 12, 2, 1] };
+                          fp8: [2, 2, 12, 2, 1], autocast_bf16: [4, 4, 8, 2, 2] };
+  // residual stream r; copies of the norm output read by Q, K, V and by the MLP (Llama); bytes w per GEMM weight copy
+  var AUTOCAST_BYTES = { fp32: [4, 1, 1, 0], mixed_fp16: [2, 1, 1, 0], mixed_bf16: [2, 1, 1, 0], fp8: [2, 1, 1, 0],
+                         autocast_bf16: [4, 3, 2, 2] };
+  var DROPOUT_MASKS = ["bool", "dtype"];
   var GB = 1e9;
 
   /* ---- validation: the same rules as the Python module, errors name the argument ---- */
@@ -122,24 +126,29 @@
              optimizer_states: by[2] * x / (stage >= 1 ? N : 1) };
   }
 
-  function activationBytes(arch, seqLen, microBatch, precision, recompute) {
+  function activationBytes(arch, seqLen, microBatch, precision, recompute, dropoutMasks) {
     var gpt = arch.style === "gpt2";
     var L = arch.num_layers, h = arch.hidden_size, a = arch.num_heads,
         hkv = arch.num_kv_heads * Math.floor(arch.hidden_size / arch.num_heads),
         f = arch.ffn_size, V = arch.vocab_size, s = seqLen, t = s * microBatch;
-    var e = PRECISION_BYTES[precision][3], m = PRECISION_BYTES[precision][4], d = gpt ? 1 : 0;
-    var ln1 = t * h * e;
+    var e = PRECISION_BYTES[precision][3], m = PRECISION_BYTES[precision][4], ab = AUTOCAST_BYTES[precision];
+    var r = ab[0], qkvReads = ab[1], mlpReads = ab[2], w = ab[3], drop = gpt ? 1 : 0;
+    var d = dropoutMasks === "dtype" ? e : 1, dEmbed = dropoutMasks === "dtype" ? r : 1;
+    var ln1 = t * h * r;
+    var mlpIn = t * h * m * (gpt ? 1 : mlpReads);
     var mlpHidden = gpt ? (t * f * e + t * f * m) : (t * f * e + t * f * e + t * f * m);
-    var linear = ln1 + t * h * m + t * h * e + t * hkv * e + t * hkv * e + t * h * m + t * h * d +
-                 t * h * e + t * h * m + mlpHidden + t * h * d;
+    var linear = ln1 + t * h * m * qkvReads + t * h * e + t * hkv * e + t * hkv * e + t * h * m + t * h * d * drop +
+                 t * h * r + mlpIn + mlpHidden + t * h * d * drop;
+    var layerWeights = h * h * 2 + h * hkv * 2 + h * f * (gpt ? 2 : 3);
+    var copies = layerWeights * w;
     var scores = a * s * t;
-    var scoreTerms = scores * e + scores * d + scores * e * d;
-    var none = linear + scoreTerms, perLayer, transient;
+    var scoreTerms = scores * e + scores * d * drop + scores * e * drop + s * s;
+    var none = linear + scoreTerms + copies, perLayer, transient;
     if (recompute === "none") { perLayer = none; transient = 0; }
-    else if (recompute === "selective") { perLayer = linear; transient = scoreTerms; }
+    else if (recompute === "selective") { perLayer = linear + copies; transient = scoreTerms + (t * h * e + t * hkv * e * 2); }
     else { perLayer = ln1; transient = none - ln1; }
     var layers = L * perLayer;
-    var outside = t * h * d + t * h * e + t * h * m + t * V * 4;
+    var outside = t * h * dEmbed * drop + t * h * r + t * h * m + t * V * 4 + V * h * w;
     return { per_layer_none: none, per_layer: perLayer, layers: layers, outside: outside,
              recompute_peak: transient, total: layers + outside + transient };
   }
@@ -184,11 +193,12 @@
     return { steps: best[0], changes: changes, config: config, total: best[1], global_batch: nb * nA * nN };
   }
 
-  function transformerMemory(config) {
+  function transformerMemory(config, dropoutMasks) {
     var c = validateConfig(config);
+    dropoutMasks = dropoutMasks === undefined ? "bool" : choice("dropout_masks", dropoutMasks, DROPOUT_MASKS);
     var psi = parameterCount(c.architecture);
     var st = stateBytes(psi, c.precision, c.num_workers, c.zero_stage);
-    var act = activationBytes(c.architecture, c.seq_len, c.micro_batch_size, c.precision, c.recompute);
+    var act = activationBytes(c.architecture, c.seq_len, c.micro_batch_size, c.precision, c.recompute, dropoutMasks);
     var total = st.parameters + st.gradients + st.optimizer_states + act.total;
     var budget = c.device_gb * GB, fits = total <= budget;
     var suggestion = fits ? null : search(c, psi, budget);
@@ -205,7 +215,8 @@
   /* ---- the page: a preset or custom architecture, the training setup, a stacked bar against the budget ---- */
   var LABELS = { "gpt2-small": "GPT-2 small (124M)", "llama-3-8b": "Llama-3-8B", "llama-3-70b": "Llama-3-70B",
                  custom: "custom", fp32: "fp32", mixed_fp16: "mixed fp16", mixed_bf16: "mixed bf16",
-                 fp8: "fp8 (bf16 weights, fp32 master)", none: "none", selective: "selective", full: "full",
+                 fp8: "fp8 (bf16 weights, fp32 master)",
+                 autocast_bf16: "autocast bf16 (fp32 weights)", none: "none", selective: "selective", full: "full",
                  zero_stage: "ZeRO stage", recompute: "recomputation", micro_batch_size: "micro-batch",
                  grad_accum_steps: "accumulation steps", num_workers: "workers" };
   var SLIDERS = [

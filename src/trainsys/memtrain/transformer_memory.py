@@ -39,7 +39,14 @@ precision          weights   gradients  optimizer state                         
 ``mixed_fp16``     2         2          12 (fp32 master, momentum, variance)           16Ψ
 ``mixed_bf16``     2         2          12                                             16Ψ
 ``fp8``            2 (bf16)  2 (bf16)   12                                             16Ψ
+``autocast_bf16``  4         4          8                                              16Ψ
 =================  ========  =========  =============================================  ======
+
+``autocast_bf16`` is PyTorch's automatic mixed precision (``torch.autocast(dtype=torch.bfloat16)`` around
+the forward pass): the weights, their gradients and Adam stay float32; each linear layer casts its input
+and its weight to bf16 and saves both casts for backward. The weights' bf16 copies (:math:`2\,\Psi_{\text{GEMM}}`,
+every linear weight and the output head, not the embedding lookups) are therefore *activations*: alive from
+forward to backward, not sharded by ZeRO.
 
 FP8 training as Micikevicius et al. 2022 ("FP8 Formats for Deep Learning", §3–4) and NVIDIA Transformer
 Engine (``fp8_autocast``) run it: the GEMM inputs of the linear layers are cast to FP8 (E4M3 forward,
@@ -61,8 +68,8 @@ style (dropout on), 0 in Llama style (no dropout). What is stored for the backwa
 ::
 
     term (elements x bytes)                     GPT-2 style               Llama style
-    norm 1 input                                t·h·e                     t·h·e
-    QKV projection input (norm 1 output)        t·h·m                     t·h·m
+    norm 1 input (residual stream, r bytes)     t·h·r                     t·h·r
+    QKV projection input (norm 1 output)        t·h·m (×3 autocast)       t·h·m (×3 autocast)
     Q and K, the inputs of QKᵀ                  t·h·e + t·h_kv·e          same
     V, an input of attention-over-V             t·h_kv·e                  t·h_kv·e
     softmax output                              a·s·t·e                   a·s·t·e
@@ -70,7 +77,7 @@ style (dropout on), 0 in Llama style (no dropout). What is stored for the backwa
     dropout output (probabilities used)         a·s·t·e                   0 (the softmax output)
     output projection input                     t·h·m                     t·h·m
     attention dropout mask                      t·h·d                     0
-    norm 2 input                                t·h·e                     t·h·e
+    norm 2 input                                t·h·r                     t·h·r
     MLP input (norm 2 output)                   t·h·m                     t·h·m
     MLP hidden                                  GELU input t·f·e,         gate and up outputs
                                                 FC2 input t·f·m           2·t·f·e, down input t·f·m
@@ -78,23 +85,49 @@ style (dropout on), 0 in Llama style (no dropout). What is stored for the backwa
 
 For GPT-2 style in 16-bit (:math:`e = m = 2`, :math:`d = 1`, :math:`h_{kv} = h`, :math:`f = 4h`) the
 linear terms sum to :math:`34\,sbh` and the score terms to :math:`5\,as^2b`: the paper's
-:math:`sbh\,(34 + 5as/h)`. GQA (:math:`k < a`) shrinks the stored K and V from :math:`2\cdot 2sbh` to
+:math:`sbh\,(34 + 5as/h)`, plus one term the paper does not have: the causal mask, :math:`s^2` booleans
+that the explicit attention builds in every layer (Megatron passes one mask to all layers). GQA (:math:`k < a`) shrinks the stored K and V from :math:`2\cdot 2sbh` to
 :math:`2\cdot 2sbh\,k/a` bytes (Llama-3-8B: :math:`k/a = 1/4`, 1 sbh instead of 4) but not the scores, one
 per *query* head; SwiGLU stores three :math:`sbf` tensors instead of two (Llama-3-8B: :math:`f = 3.5h` →
 :math:`21\,sbh` in 16-bit where GPT's 4h MLP has 16); no dropout drops the three masks and the second copy
 of the probabilities (:math:`2as^2b` instead of :math:`5as^2b`).
 
+Held to a measurement (:mod:`trainsys.memtrain.measured_memory`: the storages autograd saves, counted once,
+in :class:`trainsys.models.gpt.GPT` on CPU). What the measured model does, and the formula therefore counts:
+
+- attention is explicit (:math:`QK^\top`, mask, softmax, dropout, :math:`\cdot V`), no fused kernel; the
+  per-head views of Q, K, V are copied to contiguous tensors by ``matmul`` and those copies are saved;
+- the norm inputs and the embedding's output are the *residual stream*, :math:`r` bytes: float32 under
+  ``fp32`` and ``autocast_bf16`` (autocast runs LayerNorm on the float32 residual; the residual sum of a
+  float32 and a bf16 tensor is float32), 16-bit in the Megatron-style precisions;
+- under ``autocast_bf16`` Q, K and V are three ``nn.Linear`` s, each casting LN1's output: three bf16 copies
+  (Llama style: gate and up cast the MLP input twice); softmax, GELU and dropout run in bf16; the
+  cross-entropy's log-softmax is float32 (the :math:`4\,tV` term);
+- dropout masks: a GPU's fused dropout keeps a 1-byte bool (``dropout_masks="bool"``, the page); PyTorch's
+  CPU dropout multiplies by a noise tensor in the activation's dtype (``dropout_masks="dtype"``, used for the
+  comparison): :math:`d = e` inside a layer, :math:`r` after the embedding;
+- selective recomputation stores Q, K, V (the checkpoint's inputs) and rebuilds, during one layer's backward,
+  the score terms, the mask and the contiguous Q, K, V copies (:math:`th\,e + 2\,th_{kv}\,e`).
+
+Left out, each under 1 % of the activations for :math:`h \ge 32`: LayerNorm's saved mean and
+:math:`1/\sigma` (8 bytes per token per norm), the int64 token ids, targets and positions. Where the
+measurement differs: with one head and one sequence the per-head view is already contiguous and no copy is
+made (selective overcounts by :math:`3\,th\,e`); ``ZeroRedundancyOptimizer`` gives whole tensors to ranks,
+so its fullest rank holds more than :math:`1/N` of Adam's state. The measured errors are in the record
+``memory-gpt`` (``make bench`` prints their maximum per category).
+
 Recomputation, per layer, stored / transient during that layer's backward:
 
 - ``"none"``: everything above; nothing rebuilt;
-- ``"selective"``: the linear terms (:math:`34\,sbh` for GPT in 16-bit); the score terms of one layer are
-  rebuilt during its backward (FlashAttention stores the same: it never keeps the scores);
+- ``"selective"``: the linear terms (:math:`34\,sbh` for GPT in 16-bit); the score terms of one layer (and
+  its mask and Q, K, V copies) are rebuilt during its backward (FlashAttention stores the same: it never
+  keeps the scores);
 - ``"full"``: the layer's input only (:math:`2\,sbh` in 16-bit); during its backward one layer's
   everything-else is rebuilt (its ``"none"`` total minus its input).
 
 Outside the layers (the terms the paper's §4.1 lists after the layer formula): the embedding-dropout mask
-t·h·d, the final norm's input t·h·e, the output projection's input t·h·m and the fp32 logits of the cross
-entropy 4·t·V. Activations :math:`= L\cdot\text{stored} + \text{outside} + \text{transient}`; activations are
+t·h·d, the final norm's input t·h·r, the output projection's input t·h·m and the fp32 logits of the cross
+entropy 4·t·V; under ``autocast_bf16`` also the head weight's bf16 copy :math:`2\,Vh`. Activations :math:`= L\cdot\text{stored} + \text{outside} + \text{transient}`; activations are
 per micro-batch, so gradient accumulation does not change them (it sets the global batch
 :math:`b\cdot A\cdot N`), nor does ZeRO (data parallelism does not split a sequence).
 
@@ -129,7 +162,7 @@ PRESETS: dict[str, dict] = {
 PUBLISHED_PARAMETERS = {"gpt2-small": 124e6, "llama-3-8b": 8.03e9, "llama-3-70b": 70.6e9}
 MODELS = (*PRESETS, "custom")
 STYLES = ("gpt2", "llama")
-PRECISIONS = ("fp32", "mixed_fp16", "mixed_bf16", "fp8")
+PRECISIONS = ("fp32", "mixed_fp16", "mixed_bf16", "fp8", "autocast_bf16")
 RECOMPUTE = ("none", "selective", "full")
 DEVICE_GB = (24, 40, 80, 141)
 MAX_WORKERS = 65536
@@ -139,7 +172,13 @@ CONFIG_KEYS = ("model", "seq_len", "micro_batch_size", "grad_accum_steps", "num_
                "zero_stage", "device_gb")
 # bytes per element: (weights, gradients, optimizer state, stored activation e, stored GEMM input m)
 PRECISION_BYTES = {"fp32": (4, 4, 8, 4, 4), "mixed_fp16": (2, 2, 12, 2, 2), "mixed_bf16": (2, 2, 12, 2, 2),
-                   "fp8": (2, 2, 12, 2, 1)}
+                   "fp8": (2, 2, 12, 2, 1), "autocast_bf16": (4, 4, 8, 2, 2)}
+# (residual stream r: norm inputs, embedding output; 16-bit copies of the norm output read by Q, K, V;
+#  copies of the norm output read by the MLP (Llama: gate, up); bytes w of each GEMM weight's saved copy)
+AUTOCAST_BYTES = {"fp32": (4, 1, 1, 0), "mixed_fp16": (2, 1, 1, 0), "mixed_bf16": (2, 1, 1, 0), "fp8": (2, 1, 1, 0),
+                  "autocast_bf16": (4, 3, 2, 2)}
+#: Bytes of a dropout-mask element: "bool" (CUDA's fused dropout, 1 byte) or "dtype" (CPU: the activation's).
+DROPOUT_MASKS = ("bool", "dtype")
 GB = 1e9
 
 
@@ -257,23 +296,25 @@ def _state_bytes(psi: int, precision: str, N: int, stage: int) -> dict[str, floa
 
 
 def activation_bytes(arch: Mapping, seq_len: int, micro_batch_size: int, precision: str,
-                     recompute: str) -> dict[str, float]:
+                     recompute: str, dropout_masks: str = "bool") -> dict[str, float]:
     """Activation bytes of one micro-batch's pass (the accounting in the module docstring).
 
     Returns ``per_layer_none`` (everything a layer would store), ``per_layer`` (what it stores under
     ``recompute``), ``layers`` (:math:`L\\cdot` ``per_layer``), ``outside`` (embedding mask, final norm,
     output projection, fp32 logits), ``recompute_peak`` (one layer's rebuilt tensors) and ``total``.
+    ``dropout_masks``: ``"bool"`` (a GPU's fused dropout) or ``"dtype"`` (CPU; see the module docstring).
     """
     a_ = validate_architecture(arch, "arch")
     s = require_int("seq_len", seq_len, minimum=1)
     b = require_int("micro_batch_size", micro_batch_size, minimum=1)
     _choice("precision", precision, PRECISIONS)
     _choice("recompute", recompute, RECOMPUTE)
-    return _activation_bytes(a_, s, b, precision, recompute)
+    _choice("dropout_masks", dropout_masks, DROPOUT_MASKS)
+    return _activation_bytes(a_, s, b, precision, recompute, dropout_masks)
 
 
 def _activation_bytes(arch: Mapping, seq_len: int, micro_batch_size: int, precision: str,
-                      recompute: str) -> dict[str, float]:
+                      recompute: str, dropout_masks: str = "bool") -> dict[str, float]:
     # Every quantity is a float and every sum runs left to right: the JavaScript twin does the same
     # operations in the same order, so both give the same doubles.
     gpt = arch["style"] == "gpt2"
@@ -287,22 +328,28 @@ def _activation_bytes(arch: Mapping, seq_len: int, micro_batch_size: int, precis
     t = s * micro_batch_size
     e = float(PRECISION_BYTES[precision][3])
     m = float(PRECISION_BYTES[precision][4])
-    d = 1.0 if gpt else 0.0
-    ln1 = t * h * e
+    r, qkv_reads, mlp_reads, w = (float(x) for x in AUTOCAST_BYTES[precision])
+    drop = 1.0 if gpt else 0.0
+    d = 1.0 if dropout_masks == "bool" else e  # a mask inside a layer: the attention/MLP output's dtype
+    d_embed = 1.0 if dropout_masks == "bool" else r  # the embedding dropout's mask: the residual's dtype
+    ln1 = t * h * r
+    mlp_in = t * h * m * (1.0 if gpt else mlp_reads)
     mlp_hidden = (t * f * e + t * f * m) if gpt else (t * f * e + t * f * e + t * f * m)
-    linear = (ln1 + t * h * m + t * h * e + t * hkv * e + t * hkv * e + t * h * m + t * h * d
-              + t * h * e + t * h * m + mlp_hidden + t * h * d)
+    linear = (ln1 + t * h * m * qkv_reads + t * h * e + t * hkv * e + t * hkv * e + t * h * m + t * h * d * drop
+              + t * h * r + mlp_in + mlp_hidden + t * h * d * drop)
+    layer_weights = h * h * 2.0 + h * hkv * 2.0 + h * f * (2.0 if gpt else 3.0)
+    copies = layer_weights * w
     scores = a * s * t
-    score_terms = scores * e + scores * d + scores * e * d
-    none = linear + score_terms
+    score_terms = scores * e + scores * d * drop + scores * e * drop + s * s
+    none = linear + score_terms + copies
     if recompute == "none":
         per_layer, transient = none, 0.0
     elif recompute == "selective":
-        per_layer, transient = linear, score_terms
+        per_layer, transient = linear + copies, score_terms + (t * h * e + t * hkv * e * 2.0)
     else:
         per_layer, transient = ln1, none - ln1
     layers = L * per_layer
-    outside = t * h * d + t * h * e + t * h * m + t * V * 4.0
+    outside = t * h * d_embed * drop + t * h * r + t * h * m + t * V * 4.0 + V * h * w
     return {"per_layer_none": none, "per_layer": per_layer, "layers": layers, "outside": outside,
             "recompute_peak": transient, "total": layers + outside + transient}
 
@@ -356,7 +403,7 @@ def _search(c: dict, psi: int, budget: float) -> dict | None:
             "global_batch": nb * nA * nN}
 
 
-def transformer_memory(config: Mapping) -> dict:
+def transformer_memory(config: Mapping, dropout_masks: str = "bool") -> dict:
     """Per-worker bytes of one training step of a transformer, and whether it fits the device.
 
     ``config``: ``model`` (``"gpt2-small"``, ``"llama-3-8b"``, ``"llama-3-70b"`` or ``"custom"`` with an
@@ -368,12 +415,16 @@ def transformer_memory(config: Mapping) -> dict:
     ``global_batch`` (sequences per optimizer step, :math:`bAN`), ``tokens_per_step``, ``budget_bytes``,
     ``fits``, ``suggestion_status`` (``"not needed"``, ``"found"``, ``"none fits"``) and ``suggestion``
     (None, or ``{"steps", "changes": [[key, old, new], ...], "config", "total", "global_batch"}``).
+    ``dropout_masks="dtype"`` counts dropout masks in the activation's dtype, as PyTorch stores them on CPU
+    (what :mod:`trainsys.memtrain.measured_memory` measures); the default ``"bool"`` is a GPU's 1 byte.
     Invalid input raises ``TypeError``/``ValueError`` naming the argument, the expected and the given.
     """
     c = validate_config(config)
+    _choice("dropout_masks", dropout_masks, DROPOUT_MASKS)
     psi = transformer_parameter_count(c["architecture"])
     st = _state_bytes(psi, c["precision"], c["num_workers"], c["zero_stage"])
-    act = _activation_bytes(c["architecture"], c["seq_len"], c["micro_batch_size"], c["precision"], c["recompute"])
+    act = _activation_bytes(c["architecture"], c["seq_len"], c["micro_batch_size"], c["precision"], c["recompute"],
+                            dropout_masks)
     total = st["parameters"] + st["gradients"] + st["optimizer_states"] + act["total"]
     budget = c["device_gb"] * GB
     fits = total <= budget
