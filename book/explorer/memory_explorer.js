@@ -61,7 +61,9 @@
     var recomputed = c.segment_size === null ? 0 : c.depth - Math.ceil(c.depth / c.segment_size);
     return { parameters: opt.parameters, gradients: opt.gradients, optimizer_states: opt.optimizer_states,
              activations: acts, total: total,
-             communication_bytes: itemsize * psi * (c.zero_stage === 3 ? 3 : 2) * (c.num_workers - 1) / c.num_workers,
+             // stages 2-3 reduce-scatter the sharded gradient after every micro-batch (memory.py's twin)
+             communication_bytes: itemsize * psi * [2, 2, c.num_micro_batches + 1, 3 * c.num_micro_batches][c.zero_stage] *
+               (c.num_workers - 1) / c.num_workers,
              recompute_fraction: recomputed / (3 * c.depth) };
   }
 

@@ -210,17 +210,24 @@ def plot_memory_comparison(rows: list[Mapping[str, object]], ax=None):
     return ax
 
 
-def communication_bytes_per_step(num_params: int, precision: str, num_workers: int, zero_stage: int) -> float:
-    r"""Bytes each worker sends per step: :math:`\frac{N-1}{N}` of the gradient twice (reduce-scatter +
-    all-gather, i.e. one ring all-reduce), three times with ZeRO stage 3 (parameters are gathered for the
-    forward and the backward pass) — Rajbhandari et al. 2020, §7. Gradients travel in float16 when
-    ``precision == "mixed"``, float32 otherwise."""
+def communication_bytes_per_step(num_params: int, precision: str, num_workers: int, zero_stage: int,
+                                 num_micro_batches: int = 1) -> float:
+    r"""Bytes each worker sends per step: :math:`c\,\frac{N-1}{N}\Psi` elements (Rajbhandari et al. 2020, §7).
+
+    Stages 0–1 keep a full local gradient, accumulate the ``M`` micro-batches and exchange once: a reduce-scatter
+    plus an all-gather, :math:`c = 2` (one ring all-reduce). A sharded gradient cannot accumulate a full one, so
+    stages 2–3 reduce-scatter after every micro-batch's backward (DeepSpeed's engine communicates "during non
+    gradient accumulation boundaries as well" at stage ≥ 2, ``deepspeed/runtime/engine.py``,
+    ``allreduce_gradients``): stage 2, :math:`c = M + 1` (the all-gather of the new parameters once); stage 3,
+    :math:`c = 3M` (each micro-batch also gathers the parameters for its forward and its backward). Elements
+    travel in float16 when ``precision == "mixed"``, float32 otherwise."""
     psi = require_int("num_params", num_params, minimum=1)
     precision = _require_precision(precision)
     N = require_int("num_workers", num_workers, minimum=1)
     stage = require_int("zero_stage", zero_stage, minimum=0, maximum=3)
+    M = require_int("num_micro_batches", num_micro_batches, minimum=1)
     itemsize = 2 if precision == "mixed" else 4
-    return itemsize * psi * (3 if stage == 3 else 2) * (N - 1) / N
+    return itemsize * psi * {0: 2, 1: 2, 2: M + 1, 3: 3 * M}[stage] * (N - 1) / N
 
 
 def explore_memory(config: Mapping) -> dict[str, float]:
@@ -243,5 +250,5 @@ def explore_memory(config: Mapping) -> dict[str, float]:
     recomputed = 0 if s is None else depth - math.ceil(depth / s)  # equal widths: FLOPs ∝ layers
     return {**report,
             "communication_bytes": communication_bytes_per_step(psi, config["precision"], config["num_workers"],
-                                                                config["zero_stage"]),
+                                                                config["zero_stage"], config["num_micro_batches"]),
             "recompute_fraction": recomputed / (3 * depth)}
