@@ -87,7 +87,7 @@ def test_hostile_cases_are_flagged_for_the_instructor(graded) -> None:
         flags = " | ".join(load_result(course, student.name, ASSIGNMENT).flags)
         for expected in student.flags:
             assert expected in flags, f"{student.name}: expected a flag containing {expected!r}, got {flags!r}"
-    assert (course / "submitted" / "corrupt_json" / ASSIGNMENT / "04_relu_forward.ipynb.corrupt").is_file()
+    assert (course / "submitted" / "corrupt_json" / ASSIGNMENT / "04_relu_forward.ipynb").is_file()  # left as it was
 
 
 def test_summary_and_grades_are_exported(graded) -> None:

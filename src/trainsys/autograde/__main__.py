@@ -12,6 +12,7 @@ Every student kernel and every process that calls a student's function runs in a
 (``trainsys.autograde.verify``).
 
 Writes ``reports/summary.csv`` (students × assignments: points, failed cells, flags, seconds),
+``reports/intake.csv`` (what under ``submitted/`` was skipped, and why: ``trainsys.autograde.intake``),
 ``reports/grades.csv`` (``nbgrader export``) and ``feedback/<student>/<assignment>/*.html``
 (``nbgrader generate_feedback``, hidden-test code removed). Killed and restarted, it grades only what
 is missing.
@@ -26,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from trainsys.autograde.intake import check_id, survey, write_report
 from trainsys.autograde.integrity import GraderChanged
 from trainsys.autograde.runner import JobResult, Options, _last_line, _nbgrader, grade_class, plan
 from trainsys.autograde.sandbox import SandboxConfig, SandboxUnavailable, ensure_available
@@ -74,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                                  ("--memory-limit-mb", args.memory_limit_mb, 512)):
         if value < minimum:
             parser.error(f"{name} must be at least {minimum}, got {value}")
+    for assignment in args.assignment or []:
+        if (why := check_id(assignment, "assignment")) is not None:
+            parser.error(f"--assignment: {why}")
     course = args.course.resolve()
     if not (course / "submitted").is_dir():
         parser.error(f"--course {course} has no submitted/ folder (expected submitted/<student>/<assignment>/)")
@@ -89,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
 
     options = Options(course=course, jobs=args.jobs, timeout=args.timeout, memory_limit_mb=args.memory_limit_mb,
                       force=args.force, db_url=args.db_url, sandbox=not args.no_sandbox)
+    skipped = survey(course, args.assignment).skipped
+    write_report(skipped, course / "reports" / "intake.csv")
+    for item in skipped:
+        print(f"skipped submitted/{item.path}: {item.reason}")
     try:  # never a class of zeros from a setup the sandbox cannot grade in
         print(self_test(options, sorted({a for _, a in plan(course, args.assignment)})))
     except SelfTestFailed as exc:
@@ -106,13 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(results)} submissions graded in {elapsed:.1f} s with {args.jobs} job(s); "
           f"summary in {course / 'reports' / 'summary.csv'}")
 
-    export = _nbgrader(options, "export", "--to", str(course / "reports" / "grades.csv"), timeout=600)
+    export = _nbgrader(options, "export", f"--to={course / 'reports' / 'grades.csv'}", timeout=600)
     if export.returncode != 0:
         print(f"nbgrader export failed: {_last_line(export.stderr)}", file=sys.stderr)
         return 1
     if not args.no_feedback:
         for assignment in sorted({r.assignment for r in results}):
-            run = _nbgrader(options, "generate_feedback", assignment, "--force", timeout=1800)
+            run = _nbgrader(options, "generate_feedback", "--force", "--", assignment, timeout=1800)
             if run.returncode != 0:
                 print(f"nbgrader generate_feedback {assignment} failed: {_last_line(run.stderr)}", file=sys.stderr)
                 return 1

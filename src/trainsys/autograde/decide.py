@@ -26,11 +26,17 @@ if TYPE_CHECKING:
 NOTICE = "Trusted grader"
 
 
-def run_verifier(options: Options, student: str, assignment: str, sources: list[Path], slot: int) -> dict:
-    """The verifier's reply: ``{"verdicts": [...], "notes": [...]}`` or ``{"error": ...}``."""
+def run_verifier(options: Options, student: str, assignment: str, sources: list[Path], slot: int,
+                 submitted: Path | None = None) -> dict:
+    """The verifier's reply: ``{"verdicts": [...], "notes": [...]}`` or ``{"error": ...}``.
+
+    ``submitted``: the folder of the student's notebooks (default ``submitted/<student>/<assignment>``; the
+    grading command passes its staged copy, :mod:`trainsys.autograde.intake`).
+    """
     config = options.sandbox_config(slot)
+    folder = submitted if submitted is not None else options.course / "submitted" / student / assignment
     request = {"sources": [str(s) for s in sources],
-               "submitted": str(options.course / "submitted" / student / assignment),
+               "submitted": str(folder),
                "timeout": options.verify_timeout, "sandbox": asdict(config) if config else None}
     per_notebook = 2 * (options.verify_timeout * 5) + 60  # visible and hidden, each with its retries
     wall = per_notebook * max(len(sources), 1) + 60

@@ -4,10 +4,12 @@ For each ``(student, assignment)`` under ``<course>/submitted``:
 
 1. **Check the grader** (:mod:`trainsys.autograde.integrity`): the package, the nbgrader configuration
    and site-packages must be as they were when the run started, else the run stops.
-2. **Inspect** every submitted notebook: unreadable JSON is set aside (renamed ``*.ipynb.corrupt``,
-   never deleted) so that nbgrader scores that notebook as missing and grades the others; duplicated
-   cell ids and duplicated grade ids (a copy-pasted test cell) are repaired, the released cell (else
-   the first copy) kept.
+2. **Stage** the submission (:mod:`trainsys.autograde.intake`): only the assignment's notebooks, read as
+   regular files inside the student's own folder (no link, FIFO or device is followed or opened), up to a
+   size cap, upgraded to nbformat 4.5, their duplicated ids repaired, are copied to a private folder
+   (``.grading/intake/<job>/``); a refused or unreadable notebook is replaced by the release with a notice
+   (0 points, and the feedback says why). nbgrader and the re-check grade that copy: the student's folder
+   is never changed, and nbgrader's ``--student`` glob can only ever see this one student.
 3. **Start fresh**: what an earlier run wrote into the gradebook for this submission (scores, manual
    scores, extra credit) is removed.
 4. **Autograde** with nbgrader, whose kernels run in the sandbox (:mod:`trainsys.autograde.sandbox`):
@@ -24,23 +26,26 @@ For each ``(student, assignment)`` under ``<course>/submitted``:
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import queue
 import resource
+import shutil
 import subprocess
 import sys
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import nbformat
 from tqdm import tqdm
 
 from trainsys.course import nbgrader_env
 
 MARKER = ".trainsys.json"
+INTAKE = Path(".grading") / "intake"  # staged submissions, relative to the course root
 
 
 @dataclass
@@ -78,13 +83,14 @@ class JobResult:
 
 # --- plan ---------------------------------------------------------------------------------------------
 def plan(course: Path, assignments: list[str] | None = None) -> list[tuple[str, str]]:
-    """All ``(student, assignment)`` pairs submitted, sorted (so every run grades in the same order)."""
-    jobs = []
-    for student_dir in sorted((course / "submitted").iterdir() if (course / "submitted").is_dir() else []):
-        for assignment_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
-            if assignments is None or assignment_dir.name in assignments:
-                jobs.append((student_dir.name, assignment_dir.name))
-    return jobs
+    """All ``(student, assignment)`` pairs to grade, sorted (so every run grades in the same order).
+
+    Only valid ids of known assignments (:func:`trainsys.autograde.intake.survey`); what is skipped is
+    listed by ``survey(...).skipped``.
+    """
+    from trainsys.autograde.intake import survey
+
+    return survey(course, assignments).jobs
 
 
 def marker_path(course: Path, student: str, assignment: str) -> Path:
@@ -106,74 +112,24 @@ def _grader_env(options: Options) -> dict[str, str]:
     return {**nbgrader_env(options.course, options.db_url), "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
 
 
-def _nbgrader(options: Options, *args: str, timeout: float, slot: int = 0) -> subprocess.CompletedProcess:
-    """``nbgrader <args>`` under ``python -I`` (no working folder, no user site-packages on its path)."""
+def _nbgrader(options: Options, command: str, *args: str, timeout: float, slot: int = 0) -> subprocess.CompletedProcess:
+    """``nbgrader <command> <args>`` under ``python -I`` (no working folder, no user site-packages on its path).
+
+    Options go in ``args`` as single ``--name=value`` words and positional arguments last, after ``--``
+    (an id can then never be read as an option).
+    """
     from trainsys.autograde.sandbox import ENV_VAR
 
     config = options.sandbox_config(slot)
     env = {**_grader_env(options), ENV_VAR: config.to_env() if config else "off"}
     preexec = None if config else _limit_memory(options.memory_limit_mb * 2**20)
     try:
-        return subprocess.run([sys.executable, "-I", "-m", "nbgrader", *args, f"--Execute.timeout={options.timeout}"],
+        return subprocess.run([sys.executable, "-I", "-m", "nbgrader", command, f"--Execute.timeout={options.timeout}",
+                               *args],
                               cwd=options.course, env=env, capture_output=True, text=True, errors="replace", timeout=timeout,
                               preexec_fn=preexec)
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(exc.cmd, 124, "", f"timed out after {timeout:.0f} s")
-
-
-def _inspect_submission(course: Path, student: str, assignment: str, flags: list[str]) -> None:
-    """Set aside notebooks that cannot be read; repair duplicated cell ids (keeping the original)."""
-    for path in sorted((course / "submitted" / student / assignment).glob("*.ipynb")):
-        try:
-            repaired = nbformat.from_dict(json.loads(path.read_text()))
-            changes = _dedupe_cell_ids(repaired) + _dedupe_grade_ids(repaired)
-            nbformat.validate(repaired)
-        except Exception as exc:  # noqa: BLE001 - any unreadable notebook is set aside, never deleted
-            path.rename(path.with_name(path.name + ".corrupt"))
-            flags.append(f"{path.name}: unreadable notebook ({type(exc).__name__}), kept as {path.name}.corrupt")
-            continue
-        if changes:
-            backup = path.with_name(path.name + ".orig")
-            if not backup.exists():
-                backup.write_text(path.read_text())
-            nbformat.write(repaired, path)
-            flags.append(f"{path.name}: repaired {changes} duplicated cell id(s) or grade id(s), the released "
-                         f"(else the first) copy kept; original kept as {backup.name}")
-
-
-def _dedupe_cell_ids(nb: nbformat.NotebookNode) -> int:
-    """Give every cell whose id repeats an earlier one a fresh id; return how many were changed."""
-    seen: set[str] = set()
-    changed = 0
-    for index, cell in enumerate(nb.get("cells", [])):
-        cell_id = cell.get("id")
-        if cell_id is not None and cell_id in seen:
-            cell["id"] = f"{cell_id}-{index}"[:64]
-            changed += 1
-        if cell_id is not None:
-            seen.add(cell["id"])
-    return changed
-
-
-def _dedupe_grade_ids(nb: nbformat.NotebookNode) -> int:
-    """A cell repeating another cell's nbgrader grade id (a copy-pasted test cell) becomes a plain code
-    cell. The released cell stays the graded one: the copy whose cell id is its grade id (as nbgrader's
-    release writes it; a pasted copy gets a new id, and may sit above the answer), else the first copy.
-    Return how many were changed."""
-    copies: dict[str, list] = {}
-    for cell in nb.get("cells", []):
-        meta = cell.get("metadata", {}).get("nbgrader")
-        grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
-        if grade_id is not None:
-            copies.setdefault(grade_id, []).append(cell)
-    changed = 0
-    for grade_id, cells in copies.items():
-        keep = next((cell for cell in cells if cell.get("id") == grade_id), cells[0])
-        for cell in cells:
-            if cell is not keep:
-                del cell["metadata"]["nbgrader"]
-                changed += 1
-    return changed
 
 
 def _clear_gradebook(options: Options, student: str, assignment: str) -> None:
@@ -191,23 +147,34 @@ def grade_one(options: Options, student: str, assignment: str, slot: int = 0) ->
     """Autograde one student's assignment and decide its points; record the result as the completion mark."""
     from trainsys.autograde.decide import apply_verdicts, run_verifier
 
+    from trainsys.autograde.intake import check_id, stage
+
+    for value, kind in ((student, "student"), (assignment, "assignment")):
+        if (why := check_id(value, kind)) is not None:
+            raise ValueError(f"grade_one: {why}")
     start = time.perf_counter()
     result = JobResult(student, assignment, sandbox="sandboxed" if options.sandbox else "unsandboxed")
-    _inspect_submission(options.course, student, assignment, result.flags)
-    _clear_gradebook(options, student, assignment)
-    sources = sorted((options.course / "solutions" / assignment).glob("*.ipynb"))
-    wall = options.timeout * 4 * max(len(sources), 1) + 120
-    run = _nbgrader(options, "autograde", assignment, "--student", student, "--force", "--create", timeout=wall,
-                    slot=slot)
-    if run.returncode != 0:
-        result.flags.append("nbgrader failed on the whole assignment; graded notebook by notebook")
-        for source in sources:
-            one = _nbgrader(options, "autograde", assignment, "--student", student, "--notebook", source.stem,
-                            "--force", "--create", timeout=options.timeout * 4 + 120, slot=slot)
-            if one.returncode != 0:
-                result.flags.append(f"{source.name}: not gradable ({_last_line(one.stderr)})")
-    reply = run_verifier(options, student, assignment, sources, slot)
-    result.flags += apply_verdicts(options, student, assignment, reply)
+    intake = INTAKE / uuid.uuid4().hex  # this job's own submitted/ folder, holding this one student
+    staged = options.course / intake / student / assignment
+    try:
+        result.flags += stage(options.course, student, assignment, staged).flags
+        _clear_gradebook(options, student, assignment)
+        sources = sorted((options.course / "solutions" / assignment).glob("*.ipynb"))
+        wall = options.timeout * 4 * max(len(sources), 1) + 120
+        common = (f"--CourseDirectory.submitted_directory={intake}", f"--student={glob.escape(student)}", "--force",
+                  "--create")
+        run = _nbgrader(options, "autograde", *common, "--", assignment, timeout=wall, slot=slot)
+        if run.returncode != 0:
+            result.flags.append("nbgrader failed on the whole assignment; graded notebook by notebook")
+            for source in sources:
+                one = _nbgrader(options, "autograde", *common, f"--notebook={glob.escape(source.stem)}", "--",
+                                assignment, timeout=options.timeout * 4 + 120, slot=slot)
+                if one.returncode != 0:
+                    result.flags.append(f"{source.name}: not gradable ({_last_line(one.stderr)})")
+        reply = run_verifier(options, student, assignment, sources, slot, submitted=staged)
+        result.flags += apply_verdicts(options, student, assignment, reply)
+    finally:
+        shutil.rmtree(options.course / intake, ignore_errors=True)
     _fill_scores(options.course, result, options.db_url)
     result.seconds = round(time.perf_counter() - start, 2)
     marker = marker_path(options.course, student, assignment)
@@ -290,7 +257,7 @@ def _prepare_gradebook(options: Options, assignments: list[str]) -> None:
             except MissingEntry:
                 missing.append(assignment)
     for assignment in missing:
-        run = _nbgrader(options, "generate_assignment", assignment, "--force", timeout=600)
+        run = _nbgrader(options, "generate_assignment", "--force", "--", assignment, timeout=600)
         if run.returncode != 0:
             raise RuntimeError(f"nbgrader generate_assignment {assignment} failed: {_last_line(run.stderr)}")
 
