@@ -937,3 +937,87 @@ DISPUTED = {
          "Lesson 2 says only 'integers >= 1 (not floats, not bool)'; `type(v) is int` is a fair reading"),
     ],
 }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Second correct alternatives (issue 27), written blind from the release notebooks: other summation orders,
+# float64 accumulation then one cast, other draw calls that consume the same stream.
+# --------------------------------------------------------------------------------------------------------------
+def _batch_alt_float64_einsum(n, d_in, d_out, rng, noise_std=0.1):
+    for name, v in (("n", n), ("d_in", d_in), ("d_out", d_out)):
+        _check_size(name, v)
+    _check_rng(rng)
+    _check_noise(noise_std)
+    teacher = rng.standard_normal(d_in * d_out).reshape(d_in, d_out) * (1.0 / math.sqrt(d_in))
+    X = rng.standard_normal(size=(n, d_in))
+    E = rng.standard_normal(size=(n, d_out))
+    Y = np.einsum("ni,io->no", X, teacher) + float(noise_std) * E  # float64, another summation order
+    return X.astype(np.float32), Y.astype(np.float32)
+
+
+def _init_alt_flat_draws(d_in, d_hidden, d_out, rng):
+    _init_validate(d_in, d_hidden, d_out, rng)
+    W1 = rng.standard_normal(d_in * d_hidden).reshape(d_in, d_hidden)  # the same stream, C order
+    W2 = rng.standard_normal(d_hidden * d_out).reshape(d_hidden, d_out)
+    return {"W1": (W1 * math.sqrt(2 / d_in)).astype(np.float32), "b1": np.zeros((d_hidden,), dtype=np.float32),
+            "W2": (W2 / math.sqrt(d_hidden)).astype(np.float32), "b2": np.zeros((d_out,), dtype=np.float32)}
+
+
+def _mlpf_alt_transposed(params, X):
+    _mlpf_validate(params, X)
+    Z1 = (params["W1"].T @ X.T).T + params["b1"]  # (batch, d_hidden), another product order
+    A1 = np.where(Z1 > 0, Z1, Z1.dtype.type(0))
+    Y_hat = np.einsum("bh,ho->bo", A1, params["W2"]) + params["b2"]
+    return Y_hat, {"X": X, "Z1": Z1, "A1": A1}
+
+
+def _mse_alt_sum_over_size(Y_hat, Y):
+    _mse_validate(Y_hat, Y)
+    E = Y_hat - Y  # (batch, d_out) in Y_hat's dtype
+    E64 = E.astype(np.float64)
+    loss = float(np.sum(E64 * E64) / E.size)
+    return loss, (E64 * (2.0 / E.size)).astype(Y_hat.dtype)  # float64 product, one cast
+
+
+def _lb_alt_row_loop(dOut, X, W):
+    _lb_validate(dOut, X, W)
+    dW = np.zeros((X.shape[1], dOut.shape[1]), dtype=np.result_type(X, dOut))
+    for x_i, g_i in zip(X, dOut):  # the batch sum one example at a time
+        dW += np.outer(x_i, g_i)
+    db = np.zeros(dOut.shape[1], dtype=dOut.dtype)
+    for g_i in dOut[::-1]:  # summed backwards
+        db += g_i
+    return dOut @ W.T, dW, db
+
+
+def _flb_alt_float64(dOut, X):
+    _flb_validate(dOut, X)
+    dW = np.zeros((X.shape[1], dOut.shape[1]))  # float64 accumulators, blocks of 64 rows (no (batch, .) copy)
+    db = np.zeros(dOut.shape[1])
+    for i in range(0, X.shape[0], 64):
+        g = dOut[i:i + 64].astype(np.float64)
+        dW += X[i:i + 64].T.astype(np.float64) @ g
+        db += g.sum(axis=0)
+    return dW.astype(np.result_type(X, dOut)), db.astype(dOut.dtype)  # one cast each
+
+
+def _mlpb_alt_float64_then_cast(params, cache, dY_hat):
+    _mlpb_validate(params, cache, dY_hat)
+    X, Z1, A1 = (cache[k].astype(np.float64) for k in ("X", "Z1", "A1"))
+    G = dY_hat.astype(np.float64)
+    dZ1 = (G @ params["W2"].astype(np.float64).T) * (Z1 > 0)
+    grads = {"W1": X.T @ dZ1, "b1": dZ1.sum(axis=0), "W2": A1.T @ G, "b2": G.sum(axis=0)}
+    return {k: v.astype(params[k].dtype) for k, v in grads.items()}
+
+
+for _name, _entry in [
+    ("make_synthetic_regression_batch", ("separate draws, float64 einsum for Y, one cast", _batch_alt_float64_einsum)),
+    ("init_mlp_params", ("flat standard_normal draws reshaped (the same stream)", _init_alt_flat_draws)),
+    ("mlp_forward", ("transposed first product, einsum second, np.where ReLU", _mlpf_alt_transposed)),
+    ("mse_loss_and_grad", ("float64 sum / size; gradient as a float64 product cast once", _mse_alt_sum_over_size)),
+    ("linear_backward", ("dW and db summed one example at a time (db backwards)", _lb_alt_row_loop)),
+    ("first_linear_backward", ("float64 accumulation, one cast", _flb_alt_float64)),
+    ("mlp_backward", ("the whole backward in float64, cast once to the parameters' dtype",
+                      _mlpb_alt_float64_then_cast)),
+]:
+    ALTERNATIVES.setdefault(_name, []).append(_entry)
