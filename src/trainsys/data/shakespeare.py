@@ -236,6 +236,25 @@ def next_char_windows(ids: torch.Tensor, context: int, stride: int = 1) -> tuple
     return windows[:, :context].contiguous(), windows[:, context].contiguous()
 
 
+def next_char_sequences(ids: torch.Tensor, context: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(X: (m, context), Y: (m, context))`` int64: non-overlapping sequences and their next characters.
+
+    Sequence ``j`` is ``ids[j*context : (j+1)*context]`` and ``Y[j] = ids[j*context + 1 : (j+1)*context + 1]``
+    (every id after the first is a target exactly once, seen after ``0 … context-1`` characters of context);
+    ``m = floor((n - 1) / context)``, the tail that does not fill a sequence is dropped. ``ValueError`` when
+    ``ids`` is shorter than ``context + 1``.
+    """
+    context = require_int("context", context, minimum=1)
+    if not isinstance(ids, torch.Tensor) or ids.ndim != 1 or ids.dtype != torch.int64:
+        raise TypeError(f"ids must be a 1-D int64 tensor, got {describe(ids)}")
+    m = (ids.numel() - 1) // context
+    if m < 1:
+        raise ValueError(f"ids holds {ids.numel()} characters; a sequence needs context + 1 = {context + 1}")
+    X = ids[:m * context].reshape(m, context)  # (m, context)
+    Y = ids[1:m * context + 1].reshape(m, context)  # (m, context)
+    return X, Y
+
+
 # --- clients by speaking role --------------------------------------------------------------------------
 def role_clients(min_chars: int = MIN_CLIENT_CHARS, train_fraction: float = TRAIN_FRACTION,
                  plays: Sequence[Play] | None = None) -> list[RoleClient]:

@@ -42,7 +42,8 @@ def require_batch(name: str, value: object) -> Batch:
         raise ValueError(f"{name}[0] (X) must be a non-empty floating tensor of shape (batch, d_in) "
                          "(or int64 token ids (batch, context)), got "
                          f"{tuple(X.shape) if isinstance(X, torch.Tensor) else describe(X)}")
-    if not isinstance(y, torch.Tensor) or y.ndim != 1 or y.dtype != torch.int64:
+    sequence = X.dtype == torch.int64 and isinstance(y, torch.Tensor) and tuple(y.shape) == tuple(X.shape)
+    if not isinstance(y, torch.Tensor) or (y.ndim != 1 and not sequence) or y.dtype != torch.int64:
         raise ValueError(f"{name}[1] (y) must be an int64 tensor of shape (batch,), got "
                          f"{(tuple(y.shape), y.dtype) if isinstance(y, torch.Tensor) else describe(y)}")
     if X.shape[0] != y.shape[0]:
@@ -89,20 +90,22 @@ def compute_batch_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     r"""Mean cross-entropy of ``model`` on ``batch = (X: (b, d_in), y: (b,))``: a 0-d tensor with a graph.
 
     :math:`L = \frac1b \sum_i -\log\operatorname{softmax}(f(X)_i)_{y_i}` — ``F.cross_entropy`` on the raw
-    logits (it applies the log-softmax itself, stably). The result is differentiable (call
+    logits (it applies the log-softmax itself, stably). For a character model (``X, y: (b, T)`` int64,
+    logits ``(b, T, V)``) the mean runs over all ``b·T`` next-character targets. The result is differentiable (call
     ``.backward()`` on it); nothing is mutated (in training mode a BatchNorm layer updates its running
     statistics, as any forward does). Raises ``ValueError`` naming ``batch`` for malformed batches or
     labels outside ``[0, n_classes)``.
     """
     model = require_module("model", model)
     X, y = require_batch("batch", batch)
-    logits = model(X)  # (b, n_classes)
-    if logits.ndim != 2 or logits.shape[0] != X.shape[0]:
-        raise ValueError(f"model must map (batch, d_in) to (batch, n_classes), got {tuple(logits.shape)}")
-    if int(y.min()) < 0 or int(y.max()) >= logits.shape[1]:
-        raise ValueError(f"batch labels must lie in [0, {logits.shape[1]}), got values from "
+    logits = model(X)  # (b, n_classes), or (b, T, V) for a character model with y: (b, T)
+    if logits.shape[:-1] != y.shape or logits.ndim != y.ndim + 1:
+        raise ValueError(f"model must map (batch, d_in) to (batch, n_classes) (or token ids (batch, T) to "
+                         f"(batch, T, V)), got {tuple(logits.shape)} for labels of shape {tuple(y.shape)}")
+    if int(y.min()) < 0 or int(y.max()) >= logits.shape[-1]:
+        raise ValueError(f"batch labels must lie in [0, {logits.shape[-1]}), got values from "
                          f"{int(y.min())} to {int(y.max())}")
-    return F.cross_entropy(logits, y)  # () mean over the batch
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))  # () mean over every target
 
 
 # --- Lesson 9 --------------------------------------------------------------------------------------

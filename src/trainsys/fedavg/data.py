@@ -54,8 +54,10 @@ def require_dataset(name: str, value: object) -> LabelledDataset:
     if not isinstance(X, torch.Tensor) or X.ndim != 2 or X.dtype not in (torch.float32, torch.int64):
         raise ValueError(f"{name}.features must be a float32 tensor of shape (n, d_in) (or int64 token ids of "
                          f"shape (n, context)), got {_tensor_desc(X)}")
-    if not isinstance(y, torch.Tensor) or y.ndim != 1 or y.dtype != torch.int64:
-        raise ValueError(f"{name}.labels must be an int64 tensor of shape (n,), got {_tensor_desc(y)}")
+    sequence = X.dtype == torch.int64 and isinstance(y, torch.Tensor) and tuple(y.shape) == tuple(X.shape)
+    if not isinstance(y, torch.Tensor) or (y.ndim != 1 and not sequence) or y.dtype != torch.int64:
+        raise ValueError(f"{name}.labels must be an int64 tensor of shape (n,) (or (n, context) next ids for "
+                         f"int64 token features), got {_tensor_desc(y)}")
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"{name}.features has {X.shape[0]} rows but {name}.labels has {y.shape[0]}: "
                          "both are the example axis")

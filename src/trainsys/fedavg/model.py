@@ -102,3 +102,51 @@ def build_mlp_classifier(
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable scalars (the paper's 2NN: 199,210)."""
     return sum(p.numel() for p in require_module("model", model).parameters() if p.requires_grad)
+
+
+def build_deep_mlp(sizes: list[int] | tuple[int, ...], seed: int) -> nn.Sequential:
+    r"""``Linear(sizes[0], sizes[1]) → ReLU → … → Linear(sizes[-2], sizes[-1])``, float32, CPU, seeded.
+
+    The paper's MNIST **2NN** is ``build_deep_mlp((784, 200, 200, 10), seed)``: two hidden layers of 200
+    ReLU units, :math:`784\cdot200 + 200 + 200\cdot200 + 200 + 200\cdot10 + 10 = 199{,}210` parameters
+    (McMahan et al. 2017, Sec. 3). Initialisation as :func:`build_mlp_classifier`: PyTorch's default
+    :math:`\mathcal U(\pm 1/\sqrt{\text{fan\_in}})` drawn from ``torch.Generator().manual_seed(seed)``, layer
+    by layer (weight, then bias); the global generator is untouched. State-dict keys ``0.weight, 0.bias,
+    2.weight, 2.bias, 4.weight, …``. Raises for fewer than two sizes, a size < 1, or a bad seed.
+    """
+    if not isinstance(sizes, (list, tuple)) or len(sizes) < 2:
+        raise ValueError(f"sizes must list at least an input and an output size, got {describe(sizes)}")
+    sizes = [require_int(f"sizes[{i}]", s, minimum=1) for i, s in enumerate(sizes)]
+    generator = make_generator(require_seed("seed", seed))
+    layers: list[nn.Module] = []
+    for d_in, d_out in zip(sizes[:-1], sizes[1:]):
+        layer = nn.utils.skip_init(nn.Linear, d_in, d_out)
+        bound = 1.0 / math.sqrt(d_in)
+        with torch.no_grad():
+            nn.init.uniform_(layer.weight, -bound, bound, generator=generator)  # (d_out, d_in)
+            nn.init.uniform_(layer.bias, -bound, bound, generator=generator)  # (d_out,)
+        layers += [layer, nn.ReLU()]
+    return nn.Sequential(*layers[:-1])  # no ReLU after the output layer
+
+
+class NextCharacterModel(nn.Module):
+    """A character model for FedAvg: ``forward(ids: (B, T) int64) -> logits: (B, T, V)``.
+
+    Wraps the course's small GPT (:class:`trainsys.models.gpt.GPT`), whose ``forward`` returns
+    ``(logits, loss)``; FedAvg's client computes its own loss from the logits (``compute_batch_loss``,
+    token-level cross-entropy). Built under ``torch.random.fork_rng`` with ``torch.manual_seed(seed)`` so
+    that one seed gives one model and the caller's global generator is left as it was.
+    """
+
+    def __init__(self, vocab_size: int, context: int, n_layer: int, n_embd: int, seed: int,
+                 n_head: int = 4) -> None:
+        super().__init__()
+        from trainsys.models.gpt import GPT, GPTConfig
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(require_seed("seed", seed))
+            self.gpt = GPT(GPTConfig(vocab_size=vocab_size, context=context, n_layer=n_layer, n_head=n_head,
+                                     n_embd=n_embd))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.gpt(ids, check_ids=False)[0]  # (B, T, V); ids are checked by the dataset's contract
+

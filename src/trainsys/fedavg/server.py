@@ -30,12 +30,13 @@ from tqdm.auto import tqdm
 
 from trainsys._validation import describe, require_generator, require_int
 from trainsys.fedavg.client import require_batch_size, require_momentum, train_client_locally
-from trainsys.fedavg.data import LabelledDataset, build_synthetic_dataset, require_dataset, train_test_split_dataset
-from trainsys.fedavg.model import build_mlp_classifier, require_lr, require_module, require_seed
+from trainsys.fedavg.data import LabelledDataset, require_dataset
+from trainsys.fedavg.model import require_lr, require_module, require_seed
 from trainsys.fedavg.partition import Partition, partition_data_iid, partition_data_non_iid, require_partition
 from trainsys.fedavg.state import aggregate_weighted_average, clone_model_state, load_model_state, state_dict_bytes
+from trainsys.fedavg.tasks import TASKS, build_task_model, load_task
 
-PARTITIONS = ("iid", "shards", "dirichlet")
+PARTITIONS = ("iid", "shards", "dirichlet", "natural")
 
 
 def require_fraction(name: str, value: object) -> float:
@@ -146,18 +147,23 @@ def evaluate_accuracy(model: nn.Module, dataset: LabelledDataset) -> float:
     model.eval()
     try:
         with torch.no_grad():
-            logits = model(dataset.features)  # (n, n_classes)
+            logits = model(dataset.features)  # (n, n_classes), or (n, T, V) for a character model
     finally:
         model.train(was_training)
-    return float((logits.argmax(dim=1) == dataset.labels).to(torch.float64).mean())
+    return float((logits.argmax(dim=-1) == dataset.labels).to(torch.float64).mean())
 
 
 # --- Lesson 20 -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FedAvgConfig:
-    """Everything one FedAvg run depends on; the defaults (E = 1) run in well under a second on one CPU core."""
+    """Everything one FedAvg run depends on; the defaults (E = 1) run in well under a second on one CPU core.
 
-    num_examples: int = 4000  # before the held-out split (800 test, 3200 train)
+    ``task`` picks the data and model (:mod:`trainsys.fedavg.tasks`); for a real task ``num_examples``,
+    ``d_in`` and ``n_classes`` must equal the data's (the configs of :mod:`trainsys.fedavg.real` set them),
+    and ``test_fraction`` is unused (the source's own held-out set is used).
+    """
+
+    num_examples: int = 4000  # before the held-out split (800 test, 3200 train); real tasks: training examples
     d_in: int = 20
     n_classes: int = 10
     d_hidden: int = 32
@@ -174,6 +180,12 @@ class FedAvgConfig:
     alpha: float = 0.5  # Dirichlet concentration (partition="dirichlet" only)
     seed: int = 0
     progress: bool = False  # a tqdm bar over rounds
+    task: str = "synthetic"  # "synthetic", "fashion-mnist" or "shakespeare"
+    hidden_layers: int = 1  # MLP hidden layers of d_hidden units (the 2NN: 2); GPT blocks for shakespeare
+    context: int = 32  # shakespeare: characters per sequence
+    min_chars: int = 2000  # shakespeare: a (play, role) with fewer characters is not a client
+    test_sequences: int = 2000  # shakespeare: held-out sequences evaluated each round (a fixed draw)
+    stop_at: float | None = None  # end the run at the first round whose test accuracy is >= stop_at
 
 
 def validate_fedavg_config(config: FedAvgConfig | Mapping[str, object]) -> FedAvgConfig:
@@ -186,7 +198,8 @@ def validate_fedavg_config(config: FedAvgConfig | Mapping[str, object]) -> FedAv
     if not isinstance(config, FedAvgConfig):
         raise TypeError(f"config must be a FedAvgConfig or a dict, got {describe(config)}")
     c = config
-    for name in ("num_examples", "d_in", "d_hidden", "epochs", "rounds", "shards_per_client"):
+    for name in ("num_examples", "d_in", "d_hidden", "epochs", "rounds", "shards_per_client", "hidden_layers",
+                 "context", "test_sequences"):
         require_int(name, getattr(c, name), minimum=1)
     require_int("n_classes", c.n_classes, minimum=2)
     require_seed("seed", c.seed)
@@ -197,10 +210,21 @@ def validate_fedavg_config(config: FedAvgConfig | Mapping[str, object]) -> FedAv
             or not 0 < c.test_fraction < 1:
         raise ValueError(f"test_fraction must be in (0, 1), got {describe(c.test_fraction)}")
     require_momentum("momentum", c.momentum)
+    require_int("min_chars", c.min_chars, minimum=2)
+    if c.task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {c.task!r}")
     if c.partition not in PARTITIONS:
         raise ValueError(f"partition must be one of {PARTITIONS}, got {c.partition!r}")
+    if c.partition == "natural" and c.task != "shakespeare":
+        raise ValueError(f"partition 'natural' (one client per speaking role) needs task 'shakespeare', "
+                         f"got task {c.task!r}")
+    if c.task == "shakespeare" and c.partition in ("shards", "dirichlet"):
+        raise ValueError(f"partition must be 'natural' or 'iid' for task 'shakespeare' (labels are sequences), "
+                         f"got {c.partition!r}")
     if isinstance(c.alpha, bool) or not isinstance(c.alpha, numbers.Real) or not 0 < c.alpha < math.inf:
         raise ValueError(f"alpha must be a finite number > 0, got {describe(c.alpha)}")
+    if c.stop_at is not None:
+        require_fraction("stop_at", c.stop_at)
     if not isinstance(c.progress, bool):
         raise TypeError(f"progress must be a bool, got {describe(c.progress)}")
     require_int("num_clients", c.num_clients, minimum=1, maximum=c.num_examples)  # exact bound: the partition's
@@ -213,16 +237,21 @@ def run_seeds(seed: int) -> dict[str, int]:
 
 
 def prepare_run(config: FedAvgConfig) -> tuple[LabelledDataset, LabelledDataset, nn.Module, dict[str, int]]:
-    """``(train, test, model, seeds)``: the data split **before** anything is fitted, and the initial model."""
+    """``(train, test, model, seeds)``: the data split **before** anything is fitted, and the initial model.
+
+    Synthetic task: ``build_synthetic_dataset(..., seeds["data"])`` split by ``train_test_split_dataset(...,
+    seeds["split"])``; real tasks: the source's own train/test split (:func:`~trainsys.fedavg.tasks.load_task`).
+    The model: :func:`~trainsys.fedavg.tasks.build_task_model` seeded ``seeds["model"]``.
+    """
     seeds = run_seeds(config.seed)
-    data = build_synthetic_dataset(config.num_examples, config.d_in, config.n_classes, seeds["data"])
-    train, test = train_test_split_dataset(data, config.test_fraction, seeds["split"])
-    model = build_mlp_classifier(config.d_in, config.d_hidden, config.n_classes, seeds["model"])
-    return train, test, model, seeds
+    task = load_task(config)
+    return task.train, task.test, build_task_model(config, seeds["model"]), seeds
 
 
 def make_partition(config: FedAvgConfig, train: LabelledDataset, seed: int) -> Partition:
-    """The partition ``config.partition`` names, of the training set only."""
+    """The partition ``config.partition`` names, of the training set only ("natural": Shakespeare's roles)."""
+    if config.partition == "natural":
+        return [part.clone() for part in load_task(config).natural]
     if config.partition == "iid":
         return partition_data_iid(train, config.num_clients, seed)
     alpha = config.alpha if config.partition == "dirichlet" else None
@@ -230,12 +259,12 @@ def make_partition(config: FedAvgConfig, train: LabelledDataset, seed: int) -> P
 
 
 def run_fedavg(config: FedAvgConfig | Mapping[str, object]) -> dict[str, object]:
-    """``config.rounds`` rounds of FedAvg on the synthetic task; returns the run record.
+    """``config.rounds`` rounds of FedAvg on ``config.task`` (the synthetic task by default); returns the run record.
 
     With ``seeds = run_seeds(config.seed)``: data ``build_synthetic_dataset(num_examples, d_in,
     n_classes, seeds["data"])``, split ``train_test_split_dataset(data, test_fraction, seeds["split"])``,
     partition of the training set (:func:`make_partition`, ``seeds["partition"]``), model
-    ``build_mlp_classifier(d_in, d_hidden, n_classes, seeds["model"])``, and one
+    ``build_mlp_classifier(d_in, d_hidden, n_classes, seeds["model"])`` (real tasks: :func:`prepare_run`), and one
     ``rng = numpy.random.default_rng(seeds["rounds"])`` for every round's :func:`run_communication_round`.
     Test accuracy (:func:`evaluate_accuracy` on the held-out part) before training and after each round.
 
@@ -243,7 +272,8 @@ def run_fedavg(config: FedAvgConfig | Mapping[str, object]) -> dict[str, object]
     "initial_test_accuracy", "history": [{"round": t (1-based), "test_accuracy", "train_loss",
     "selected", "local_steps", "bytes_up", "bytes_down"}, ...], "final_test_accuracy",
     "bytes_communicated": {"up", "down", "total"}, "wall_time_s"}``. A tqdm bar over rounds when
-    ``config.progress``. Raises ``TypeError``/``ValueError`` naming the bad field.
+    ``config.progress``. With ``config.stop_at`` the run ends after the first round whose test accuracy is
+    ``>= stop_at`` (``len(history)`` is then the rounds to that target). Raises ``TypeError``/``ValueError`` naming the bad field.
     """
     config = validate_fedavg_config(config)
     start = time.perf_counter()
@@ -260,6 +290,8 @@ def run_fedavg(config: FedAvgConfig | Mapping[str, object]) -> dict[str, object]
         history.append({"round": t, "test_accuracy": evaluate_accuracy(model, test), "train_loss": info["train_loss"],
                         "selected": info["selected"], "local_steps": info["local_steps"],
                         "bytes_up": info["bytes_up"], "bytes_down": info["bytes_down"]})
+        if config.stop_at is not None and history[-1]["test_accuracy"] >= config.stop_at:
+            break  # rounds to target: the round that reached it is the last
     up, down = sum(h["bytes_up"] for h in history), sum(h["bytes_down"] for h in history)
     record.update(history=history, final_test_accuracy=history[-1]["test_accuracy"],
                   bytes_communicated={"up": up, "down": down, "total": up + down},

@@ -1,0 +1,166 @@
+r"""McMahan et al.'s (2017) experiments on real data: Fashion-MNIST with the 2NN, Shakespeare by speaking role.
+
+Everything here calls :func:`~trainsys.fedavg.server.run_fedavg` (the lessons' rounds, clients and
+aggregation) on a real task (:mod:`trainsys.fedavg.tasks`) and summarises **rounds to a target test
+accuracy** per setting over seeds: mean ± sample standard deviation (``ddof = 1``) over the seeds that
+reached it, and the count that did. A run stops at its target (``stop_at``) or at its round cap.
+The speed-up of a setting is FedSGD's mean rounds divided by its own (the paper's Table 2 column).
+
+The paper's protocol (Sec. 3): ``K = 100`` clients of 600 examples; IID (a random deal) or pathological
+non-IID (sorted by label, 200 shards of 300, two per client); ``C = 0.1``; FedSGD is ``E = 1, B = ∞``
+(one full-batch gradient step per client per round); FedAvg adds local computation with ``E ∈ {1, 5, 20}``
+and ``B ∈ {10, ∞}``.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
+
+import numpy as np
+
+from trainsys.fedavg.experiments import mean_and_spread, require_seeds
+from trainsys.fedavg.server import FedAvgConfig, run_fedavg, validate_fedavg_config, with_overrides
+
+SETTINGS: tuple[tuple[str, int, int | None], ...] = (
+    ("FedSGD", 1, None), ("FedAvg", 1, 10), ("FedAvg", 5, None), ("FedAvg", 5, 10), ("FedAvg", 20, None),
+    ("FedAvg", 20, 10))
+"""The rows of Table 2: (method, E, B) with B = None for ∞."""
+
+MCMAHAN_TABLE2_CNN_MNIST = {  # McMahan et al. 2017, Table 2 (CNN, MNIST, target 99%, C = 0.1): rounds
+    ("FedSGD", 1, None): (626, 483), ("FedAvg", 5, None): (179, 1000), ("FedAvg", 1, 50): (65, 600),
+    ("FedAvg", 20, None): (234, 672), ("FedAvg", 1, 10): (34, 350), ("FedAvg", 5, 50): (29, 334),
+    ("FedAvg", 20, 50): (32, 426), ("FedAvg", 5, 10): (20, 229), ("FedAvg", 20, 10): (18, 173)}
+"""(IID rounds, pathological non-IID rounds) per (method, E, B), read from the paper's Table 2."""
+
+
+def fashion_mnist_config(**overrides: object) -> FedAvgConfig:
+    """The paper's 2NN protocol on Fashion-MNIST: 60,000 training images, 784-200-200-10, K = 100, C = 0.1.
+
+    ``lr = 0.05`` (B = 10) unless overridden; see :data:`FASHION_LR` for the rates the record uses.
+    """
+    base = dict(task="fashion-mnist", num_examples=60000, d_in=784, d_hidden=200, hidden_layers=2, n_classes=10,
+                num_clients=100, fraction=0.1, shards_per_client=2, epochs=1, batch_size=10, lr=0.05,
+                rounds=100, partition="iid")
+    return validate_fedavg_config({**base, **overrides})
+
+
+def shakespeare_config(**overrides: object) -> FedAvgConfig:
+    """Shakespeare by role: every (play, role) with >= 2,000 characters a client, context 32, a 2-block GPT."""
+    from trainsys.fedavg.tasks import _shakespeare
+    context = int(overrides.get("context", 32))
+    min_chars = int(overrides.get("min_chars", 2000))
+    test_sequences = int(overrides.get("test_sequences", 2000))
+    task = _shakespeare(context, min_chars, test_sequences)
+    base = dict(task="shakespeare", num_examples=len(task.train), d_in=context, context=context,
+                n_classes=task.train.n_classes, d_hidden=64, hidden_layers=2, num_clients=len(task.natural),
+                fraction=0.01, epochs=1, batch_size=10, lr=0.5, rounds=50, partition="natural",
+                min_chars=min_chars, test_sequences=test_sequences)
+    return validate_fedavg_config({**base, **overrides})
+
+
+def setting_label(method: str, epochs: int, batch_size: int | None) -> str:
+    """``"FedSGD"`` or ``"FedAvg E=5, B=10"`` (B = ∞ written out)."""
+    return "FedSGD" if method == "FedSGD" else f"FedAvg E={epochs}, B={'∞' if batch_size is None else batch_size}"
+
+
+def _run(job: tuple[dict, int]) -> dict[str, object]:
+    overrides, seed = job
+    config = validate_fedavg_config(overrides)
+    record = run_fedavg(with_overrides(config, seed=seed))
+    return {"seed": seed, "rounds_run": len(record["history"]),
+            "reached": config.stop_at is not None and record["final_test_accuracy"] >= config.stop_at,
+            "curve": [round(h["test_accuracy"], 6) for h in record["history"]],
+            "wall_s": record["wall_time_s"], "bytes_total": record["bytes_communicated"]["total"]}
+
+
+def run_jobs(jobs: Sequence[tuple[dict, int]], workers: int) -> list[dict[str, object]]:
+    """Run ``(config dict, seed)`` jobs with ``workers`` processes (1: in this process), in order."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [_run(job) for job in jobs]
+    # longest first would need a cost model; the pool's imap keeps the order and deals jobs as workers free up
+    with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=4) as pool:
+        return list(pool.imap(_run, jobs, chunksize=1))
+
+
+def rounds_table(
+    base: FedAvgConfig | Mapping[str, object],
+    rows: Sequence[tuple[str, Mapping[str, object]]],
+    target: float,
+    seeds: Iterable[int],
+    caps: Mapping[str, int],
+    workers: int = 2,
+) -> dict[str, object]:
+    """Rounds to ``target`` for each named row of config overrides, over ``seeds``, with per-row round caps.
+
+    ``rows``: ``[(label, overrides)]``; ``caps[label]``: the most rounds a run of that row may take (a run that
+    has not reached the target by then counts as not reached). Returns ``{"rows": {label: {"rounds": [per
+    seed or None], "reached": n, "mean": …, "std": …, "final_accuracy": [...], "curves": [[...]], "wall_s"}},
+    "target", "seeds"}``; the mean and standard deviation are over the seeds that reached (``None`` if none).
+    """
+    seeds = require_seeds(list(seeds))
+    base = validate_fedavg_config(base)
+    jobs, labels = [], []
+    for label, overrides in rows:
+        config = with_overrides(base, **overrides, rounds=int(caps[label]), stop_at=float(target))
+        for seed in seeds:
+            jobs.append((asdict(config), seed))
+            labels.append(label)
+    results = run_jobs(jobs, workers)
+    table: dict[str, dict[str, object]] = {}
+    for label, result in zip(labels, results):
+        row = table.setdefault(label, {"rounds": [], "curves": [], "final_accuracy": [], "wall_s": 0.0,
+                                       "cap": int(caps[label])})
+        row["rounds"].append(result["rounds_run"] if result["reached"] else None)
+        row["curves"].append(result["curve"])
+        row["final_accuracy"].append(result["curve"][-1])
+        row["wall_s"] += result["wall_s"]
+    for row in table.values():
+        hit = [r for r in row["rounds"] if r is not None]
+        row["reached"] = len(hit)
+        row["mean"], row["std"] = mean_and_spread(hit) if hit else (None, None)
+    return {"rows": table, "target": float(target), "seeds": seeds}
+
+
+def speedup(baseline_mean: float | None, mean: float | None) -> float | None:
+    """``baseline_mean / mean`` (FedSGD's rounds over a setting's), ``None`` if either is missing."""
+    if baseline_mean is None or mean is None or mean <= 0:
+        return None
+    return baseline_mean / mean
+
+
+def format_rounds(row: Mapping[str, object], n_seeds: int) -> str:
+    """``"12.3 ± 1.5"`` over the seeds that reached; ``"> cap"`` when none did; ``"(2/3)"`` appended if some did not."""
+    if row["mean"] is None:
+        return f"> {row['cap']}"
+    text = f"{row['mean']:.1f} ± {row['std']:.1f}"
+    return text if row["reached"] == n_seeds else f"{text} ({row['reached']}/{n_seeds} reached; cap {row['cap']})"
+
+
+def centralized_curve(config: FedAvgConfig, epochs: int, seed: int) -> list[float]:
+    """Test accuracy after each of ``epochs`` epochs of minibatch SGD on the union of the clients' data."""
+    from trainsys.fedavg.experiments import train_centralized_baseline
+    record = train_centralized_baseline(with_overrides(config, rounds=epochs, seed=seed, stop_at=None))
+    return [h["test_accuracy"] for h in record["history"]]
+
+
+def as_percent(x: float | None) -> float | None:
+    """``x`` in percent, ``None`` kept."""
+    return None if x is None else 100.0 * x
+
+
+def nan_free(value: float | None) -> float | None:
+    """``None`` for NaN or inf (JSON records hold no NaN), else ``value``."""
+    return None if value is None or not math.isfinite(value) else value
+
+
+def elapsed(start: float) -> float:
+    """Seconds since ``start`` (``time.perf_counter``)."""
+    return time.perf_counter() - start
+
+
+__all__ = ["SETTINGS", "MCMAHAN_TABLE2_CNN_MNIST", "fashion_mnist_config", "shakespeare_config", "rounds_table",
+           "speedup", "format_rounds", "centralized_curve", "setting_label", "run_jobs", "np"]
