@@ -534,3 +534,20 @@ ALTERNATIVES = {
          _step_lr_nan_inf),
     ],
 }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# --------------------------------------------------------------------------------------------------------------
+def _acc_alt_float64_then_cast(acc, grads):
+    _acc_check_grads(grads)
+    if acc is None:
+        return {k: np.array(v, copy=True) for k, v in grads.items()}
+    _acc_check_pair(acc, grads)  # every key and shape before the first addition
+    for k, g in grads.items():
+        acc[k][...] = acc[k].astype(np.float64) + g  # float64 sum, cast once into the same buffer
+    return acc
+
+
+ALTERNATIVES.setdefault("accumulate_gradients", []).append(
+    ("the sum formed in float64 and written back into the buffer (one cast)", _acc_alt_float64_then_cast))

@@ -659,3 +659,59 @@ DISPUTED = {
          "Lesson 16 refuses only non-integer bounds and, unlike Lesson 15, does not exclude bool (an int subclass)"),
     ],
 }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Second correct alternatives (issue 27), written blind from the release notebooks: the lessons' own helpers.
+# --------------------------------------------------------------------------------------------------------------
+from trainsys.memtrain.dropout_checkpointing import dropout_forward  # noqa: E402 - the lesson's setup imports it
+
+
+def _rc_alt_dropout_forward(params, x_in, start, stop, dropout=None):
+    _rc_check(params, x_in, start, stop)
+    rng = None
+    if dropout is not None:
+        if not isinstance(dropout, dict) or set(dropout) != {"p", "rng_state"}:
+            raise ValueError("dropout must be {'p': p, 'rng_state': state}")
+        p = dropout["p"]
+        if not (isinstance(p, (int, float, np.floating)) and 0 <= p < 1):
+            raise ValueError(f"dropout p must be in [0, 1), got {p!r}")
+        rng = np.random.default_rng()
+        rng.bit_generator.state = dropout["rng_state"]
+    a, keep = [x_in], []
+    for l in range(start, stop - 1):
+        h = relu_forward(linear_forward(a[-1], params[l]["W"], params[l]["b"]))
+        if rng is not None:
+            h, m = dropout_forward(h, p, rng)  # (h * m * fl(1/(1-p)), m)
+            keep.append(m)
+        a.append(h)
+    if rng is None:
+        return {"a": a}
+    if stop < len(params):
+        keep.append(rng.random((x_in.shape[0], params[stop - 1]["W"].shape[1])) >= p)
+    return {"a": a, "keep": keep}
+
+
+def _bc_alt_helpers(params, ckpt_cache, dY_hat):
+    L, s, boundaries = _bc_check(params, ckpt_cache, dY_hat)
+    grads, g, recomputed = [None] * L, dY_hat, 0
+    for k in range(len(boundaries) - 1, -1, -1):
+        first, stop = k * s, min((k + 1) * s, L)
+        acts = recompute_block_activations(params, boundaries[k], first, stop)["a"]
+        recomputed += len(acts) - 1
+        for l in range(stop - 1, first - 1, -1):
+            a_l = acts[l - first]
+            if l == 0:
+                dW, db = first_linear_backward(g, a_l)
+            else:
+                dA, dW, db = linear_backward(g, a_l, params[l]["W"])
+                g = relu_backward(dA, a_l)  # a_l > 0 exactly where its pre-activation is
+            grads[l] = {"W": dW, "b": db}
+        del acts
+    return grads, recomputed
+
+
+ALTERNATIVES.setdefault("recompute_block_activations", []).append(
+    ("for loop with the lesson's dropout_forward helper for the replayed masks", _rc_alt_dropout_forward))
+ALTERNATIVES.setdefault("mlp_backward_checkpointed", []).append(
+    ("the lessons' helpers: recompute_block_activations, linear_backward, relu_backward on a", _bc_alt_helpers))

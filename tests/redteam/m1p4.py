@@ -732,3 +732,61 @@ ALTERNATIVES = {
     "mixed_precision_step": [("the whole step written inline, the grown scale kept only if float32 holds it",
                               _mps_alt_inline_ceiling)],
 }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# --------------------------------------------------------------------------------------------------------------
+def _cast_alt_count_new_infs(tree, dtype=np.float16):
+    _cast_check_dtype(dtype)
+    _cast_check_tree(tree)
+    half, overflow = {}, {}
+    for k, v in tree.items():
+        h = np.empty(v.shape, dtype=np.float16)
+        with np.errstate(over="ignore"):
+            h[...] = v  # one rounding, into a new array
+        overflow[k] = int(np.isinf(h).sum() - np.isinf(v).sum())  # infinities the cast created
+        half[k] = h
+    return half, overflow
+
+
+def _sl_alt_numbers_real(loss, scale):
+    import numbers
+
+    for name, value in (("loss", loss), ("scale", scale)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    s = float(scale)
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(f"scale must be finite and > 0, got {scale!r}")
+    return s * float(loss)  # float64, one rounding
+
+
+def _mps_alt_lesson_functions_list(master, X, Y, scaler, lr):
+    """Lessons 19-23's functions in order; the three results returned as a list (a triple to unpack)."""
+    _mps_check(master, X, Y, scaler, lr)
+    s = float(scaler["scale"])
+    with np.errstate(over="ignore", invalid="ignore"):
+        loss, g, found = _mps_grads(master, X, Y, s)
+        new_master = {k: (v.copy() if found else np.subtract(v, np.float32(lr) * g[k], dtype=np.float32))
+                      for k, v in master.items()}
+    t, N = int(scaler["growth_tracker"]), int(scaler["growth_interval"])
+    if found:
+        s_new, t_new = s * scaler["backoff_factor"], 0
+    elif t + 1 < N:
+        s_new, t_new = s, t + 1
+    else:
+        grown = s * scaler["growth_factor"]
+        s_new, t_new = (grown if grown <= float(np.finfo(np.float32).max) else s), 0
+    new_scaler = dict(scaler)
+    new_scaler.update(scale=float(s_new), growth_tracker=t_new)
+    return [new_master, new_scaler, {"loss": loss, "skipped": bool(found), "scale_used": s}]
+
+
+for _name, _entry in [
+    ("cast_to_half_precision", ("assignment into np.empty float16, overflow = new infinities", _cast_alt_count_new_infs)),
+    ("scale_loss", ("numbers.Real validation, float(scale) * float(loss)", _sl_alt_numbers_real)),
+    ("mixed_precision_step", ("the lessons' functions in order, the triple returned as a list",
+                              _mps_alt_lesson_functions_list)),
+]:
+    ALTERNATIVES.setdefault(_name, []).append(_entry)
