@@ -1156,3 +1156,42 @@ ALTERNATIVES = {
     ],
     "bucket_gradients": [("sizes-only grouping pass, then one preallocated buffer per bucket", _bucket_alt_two_pass)],
 }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# --------------------------------------------------------------------------------------------------------------
+def _bucket_alt_close_as_you_go(grads, bucket_cap_bytes, first_bucket_cap_bytes=None):
+    if not isinstance(grads, dict) or not grads:
+        raise ValueError(f"grads must be a non-empty dict, got {grads!r}")
+    if not all(isinstance(g, np.ndarray) and np.issubdtype(g.dtype, np.floating) for g in grads.values()):
+        raise TypeError("grads must hold floating-point NumPy arrays")
+    if len({g.dtype for g in grads.values()}) != 1:
+        raise ValueError("grads must share one dtype")
+    caps = []
+    for name, cap in (("bucket_cap_bytes", bucket_cap_bytes), ("first_bucket_cap_bytes", first_bucket_cap_bytes)):
+        if cap is None and name == "first_bucket_cap_bytes":
+            caps.append(caps[0])
+            continue
+        if isinstance(cap, (bool, np.bool_)) or not isinstance(cap, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer, got {cap!r}")
+        if cap <= 0:
+            raise ValueError(f"{name} must be >= 1, got {cap}")
+        caps.append(int(cap))
+    later, limit = caps
+    buckets, keys, parts = [], [], []
+    for key in reversed(list(grads)):
+        keys.append(key)
+        parts.append(grads[key].ravel())
+        if sum(p.nbytes for p in parts) >= limit:
+            flat = np.concatenate(parts)
+            buckets.append({"keys": keys, "flat": flat, "bytes": int(flat.nbytes)})
+            keys, parts, limit = [], [], later
+    if keys:
+        flat = np.concatenate(parts)
+        buckets.append({"keys": keys, "flat": flat, "bytes": int(flat.nbytes)})
+    return buckets
+
+
+ALTERNATIVES.setdefault("bucket_gradients", []).append(
+    ("one pass that concatenates each bucket as it closes; caps validated in a loop", _bucket_alt_close_as_you_go))

@@ -806,3 +806,54 @@ DISPUTED = {
          "meets (a rounding-level change); only the implementation recipe names the order"),
     ],
 }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# --------------------------------------------------------------------------------------------------------------
+def _ias_alt_result_type_zeros(params):
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict, got {type(params).__name__}")
+    m, v = {}, {}
+    for key, p in params.items():
+        if not isinstance(p, np.ndarray) or not np.issubdtype(p.dtype, np.floating):
+            raise TypeError(f"params[{key!r}] must be a floating-point array")
+        dtype = np.result_type(p.dtype, np.float32)
+        m[key], v[key] = np.zeros(p.shape, dtype), np.zeros(p.shape, dtype)
+    return dict(m=m, v=v, step=0)
+
+
+def _pos_alt_ceil_by_addition(flat_numel, num_workers):
+    for name, value in (("flat_numel", flat_numel), ("num_workers", num_workers)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    psi, N = int(flat_numel), int(num_workers)
+    s = (psi + N - 1) // N  # ceil in integer arithmetic
+    return list(zip(range(0, N * s, s), range(s, N * s + 1, s)))
+
+
+def _zos_alt_stacked_mean(params, worker_grads, worker_states, hp):
+    """The reduce-scatter as np.mean over the stacked slices (another summation order than worker order)."""
+    N, psi, ranges, s = _zos_validate(params, worker_grads, worker_states)
+    flat_p = flatten_params(params)
+    pad = np.zeros(N * s - psi, flat_p.dtype)
+    flat_p = np.concatenate([flat_p, pad])
+    stacked = np.stack([np.concatenate([flatten_params(g, "worker_grads").astype(flat_p.dtype), pad])
+                        for g in worker_grads])  # (N, N s)
+    shards, states = [], []
+    for k, (a, b) in enumerate(ranges):
+        g_k = stacked[:, a:b].mean(axis=0).astype(flat_p.dtype)
+        p_k, st = local_shard_adam_update(flat_p[a:b], g_k, worker_states[k], hp)
+        shards.append(p_k)
+        states.append(st)
+    return unflatten_params(all_gather_param_shards(shards, psi), params), states
+
+
+for _name, _entry in [
+    ("init_adam_state", ("np.result_type and np.zeros per buffer; dict(m=, v=, step=)", _ias_alt_result_type_zeros)),
+    ("partition_optimizer_state", ("s = (psi + N - 1) // N; zip of two ranges", _pos_alt_ceil_by_addition)),
+    ("zero_optimizer_step", ("np.mean over the stacked slices (another summation order)", _zos_alt_stacked_mean)),
+]:
+    ALTERNATIVES.setdefault(_name, []).append(_entry)
