@@ -1178,3 +1178,115 @@ ALTERNATIVES = {
          _train_scale_recorded_after_update),
     ],
 }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# --------------------------------------------------------------------------------------------------------------
+def _cpm_alt_recursive_prod(params_or_shapes, dtype=np.float32):
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a floating NumPy dtype, got {dtype!r}") from None
+    if dt.kind != "f":
+        raise TypeError(f"dtype must be a floating NumPy dtype, got {dt}")
+
+    def count(node) -> int:
+        if isinstance(node, np.ndarray):
+            return int(node.size)
+        if isinstance(node, tuple) and all(isinstance(a, (int, np.integer)) and not isinstance(a, bool)
+                                           for a in node):
+            if any(a < 0 for a in node):
+                raise ValueError(f"params_or_shapes: a shape has a negative axis: {node}")
+            return math.prod(int(a) for a in node)  # () -> 1
+        if isinstance(node, (dict, list, tuple)):
+            children = list(node.values()) if isinstance(node, dict) else list(node)
+            if not children:
+                raise ValueError("params_or_shapes holds an empty dict or list")
+            return sum(count(c) for c in children)
+        raise TypeError(f"params_or_shapes: unsupported leaf {node!r}")
+
+    return count(params_or_shapes) * dt.itemsize
+
+
+_COM_BYTES = {"mixed": {"parameters": 2, "gradients": 2, "optimizer_states": 12},
+              "fp32": {"parameters": 4, "gradients": 4, "optimizer_states": 8}}
+_COM_FIRST_SHARDED = {"optimizer_states": 1, "gradients": 2, "parameters": 3}
+
+
+def _com_alt_lookup(num_params, precision="mixed", num_workers=1, zero_stage=0):
+    def integer(name, value, low, high=None):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+        if value < low or (high is not None and value > high):
+            raise ValueError(f"{name} must be in [{low}, {high if high is not None else 'inf'}], got {value}")
+        return int(value)
+
+    psi = integer("num_params", num_params, 1)
+    if precision not in _COM_BYTES:
+        raise ValueError(f"precision must be 'mixed' or 'fp32', got {precision!r}")
+    N = integer("num_workers", num_workers, 1)
+    stage = integer("zero_stage", zero_stage, 0, 3)
+    out = {cls: b * psi / (N if stage >= _COM_FIRST_SHARDED[cls] else 1)
+           for cls, b in _COM_BYTES[precision].items()}
+    out = {"parameters": out["parameters"], "gradients": out["gradients"],
+           "optimizer_states": out["optimizer_states"]}
+    out["total"] = out["parameters"] + out["gradients"] + out["optimizer_states"]
+    return out
+
+
+def _cm_alt_if_chain(config):
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+    if set(config) != set(_KEYS):
+        raise ValueError(f"config must have exactly the keys {sorted(_KEYS)}, got {sorted(config)}")
+
+    def count(key, low, high):
+        v = config[key]
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"config[{key!r}] must be an integer, got {v!r}")
+        if not low <= v <= high:
+            raise ValueError(f"config[{key!r}] must be in [{low}, {high}], got {v}")
+        return int(v)
+
+    widths = config["layer_widths"]
+    if not isinstance(widths, (list, tuple)) or len(widths) < 2 or \
+            any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1 for w in widths):
+        raise ValueError(f"config['layer_widths'] must list at least two ints >= 1, got {widths!r}")
+    n = count("batch", 1, math.inf)
+    N = count("num_workers", 1, n)
+    M = count("num_micro_batches", 1, -(-n // N))
+    s = config["segment_size"]
+    if s is not None:
+        s = count("segment_size", 1, len(widths) - 1)
+    if config["precision"] not in ("fp32", "mixed"):
+        raise ValueError(f"config['precision'] must be 'fp32' or 'mixed', got {config['precision']!r}")
+    stage = count("zero_stage", 0, 3)
+    psi = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
+
+    def row(setup, *, M=1, s=None, precision="fp32", N=1, stage=0):
+        states = _given_opt_bytes(psi, precision, N, stage)
+        acts = _given_peak(list(widths), -(-n // N), np.float16 if precision == "mixed" else np.float32, M, s)
+        parts = [states["parameters"], states["gradients"], states["optimizer_states"], acts]
+        return {"setup": setup, "parameters": parts[0], "gradients": parts[1], "optimizer_states": parts[2],
+                "activations": parts[3], "total": sum(parts)}
+
+    rows = [row("baseline")]
+    if M > 1:
+        rows.append(row(f"accumulation (M={M})", M=M))
+    if s is not None:
+        rows.append(row(f"checkpointing (s={s})", s=s))
+    if config["precision"] == "mixed":
+        rows.append(row("mixed precision", precision="mixed"))
+    if N > 1 or stage > 0:
+        rows.append(row(f"{N} workers, ZeRO-{stage}", N=N, stage=stage))
+    rows.append(row("all together", M=M, s=s, precision=config["precision"], N=N, stage=stage))
+    return rows
+
+
+for _name, _entry in [
+    ("compute_param_memory_bytes", ("recursive count with math.prod for shapes", _cpm_alt_recursive_prod)),
+    ("compute_optimizer_memory_bytes", ("bytes per class looked up, sharded from a stage table", _com_alt_lookup)),
+    ("compare_memory", ("one row helper called from an if-chain in the table's order", _cm_alt_if_chain)),
+]:
+    ALTERNATIVES.setdefault(_name, []).append(_entry)
