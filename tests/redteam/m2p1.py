@@ -952,3 +952,46 @@ ALTERNATIVES = {
     ],
     "model_backward": [("np.eye one-hot, einsum, np.where mask", _mb_alt_einsum_onehot)],
 }
+
+
+# ==========================================================================================================
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# ==========================================================================================================
+def _mf_alt_transposed_products(params, X):
+    L = _mf_validate(params, X)
+    cache, A = {"A0": X}, X
+    for l in range(L):
+        Z = (params[f"W{l}"].T @ A.T).T + params[f"b{l}"]  # (batch, h_{l+1}), another product order
+        if l == L - 1:
+            cache["logits"] = Z
+            return Z, cache
+        A = Z * (Z > 0)  # relu; -0.0 where Z < 0 equals 0
+        cache[f"A{l + 1}"] = A
+
+
+def _mb_alt_float64_then_cast(params, cache, y):
+    """The softmax gradient in float64 (shifted exponentials), cast once to the logits' dtype; then the
+    layers from the top, with A_l > 0 as the ReLU gate."""
+    L = _mb_validate(params, cache, y)
+    logits = cache["logits"]
+    z = logits.astype(np.float64)
+    n = z.shape[0]
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    G64 = p / p.sum(axis=1, keepdims=True)
+    G64[np.arange(n), y] -= 1.0
+    G = (G64 / n).astype(logits.dtype)
+    grads = {}
+    for l in range(L - 1, -1, -1):
+        A = cache[f"A{l}"]
+        grads[f"W{l}"] = A.T @ G
+        grads[f"b{l}"] = np.add.reduce(G, axis=0)
+        if l > 0:
+            G = np.where(A > 0, G @ params[f"W{l}"].T, 0).astype(G.dtype)
+    return {k: grads[k] for k in params}
+
+
+for _name, _entry in [
+    ("model_forward", ("transposed products, Z * (Z > 0) for the ReLU", _mf_alt_transposed_products)),
+    ("model_backward", ("softmax gradient in float64 cast once, np.where gate", _mb_alt_float64_then_cast)),
+]:
+    ALTERNATIVES.setdefault(_name, []).append(_entry)

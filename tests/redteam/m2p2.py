@@ -809,3 +809,45 @@ ALTERNATIVES = {
         ("the whole step by hand in one loop over the keys", _as_alt_by_hand),
     ],
 }
+
+
+# ==========================================================================================================
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# ==========================================================================================================
+def _um_alt_lerp_float64(state, grads, beta1, beta2):
+    """m + (1 - b1)(g - m): the same recursion in interpolation form, in float64, cast once."""
+    step, b1, b2 = _um_body(state, grads, beta1, beta2)
+    m, v = {}, {}
+    for k, m_old in state["m"].items():
+        g = grads[k].astype(np.float64)
+        m64, v64 = m_old.astype(np.float64), state["v"][k].astype(np.float64)
+        m[k] = (m64 + (1.0 - b1) * (g - m64)).astype(m_old.dtype)
+        v[k] = (v64 + (1.0 - b2) * (g * g - v64)).astype(state["v"][k].dtype)
+    return {"step": step + 1, "m": m, "v": v}
+
+
+def _bc_alt_multiply_by_reciprocal(m, v, step, beta1, beta2):
+    t, b1, b2 = _bc_check(m, v, step, beta1, beta2)
+    def reciprocal(beta):  # 1 / (1 - beta^t), with 1 - beta^t = -expm1(t log beta) (no cancellation)
+        return 1.0 if beta == 0 else 1.0 / -math.expm1(t * math.log(beta))
+
+    r1, r2 = reciprocal(b1), reciprocal(b2)
+    return ({k: (a * r1).astype(a.dtype) for k, a in m.items()},
+            {k: (a * r2).astype(a.dtype) for k, a in v.items()})
+
+
+def _ps_alt_float64(params, m_hat, v_hat, lr, eps):
+    _ps_check(params, m_hat, v_hat, lr, eps)
+    out = {}
+    for k, p in params.items():
+        step = float(lr) * m_hat[k].astype(np.float64) / (np.sqrt(v_hat[k].astype(np.float64)) + float(eps))
+        out[k] = (p.astype(np.float64) - step).astype(p.dtype)
+    return out
+
+
+for _name, _entry in [
+    ("update_moments", ("interpolation form m + (1-b1)(g-m) in float64, cast once", _um_alt_lerp_float64)),
+    ("bias_correct_moments", ("multiplies by 1/(1-beta^t) from expm1/log1p", _bc_alt_multiply_by_reciprocal)),
+    ("adamw_param_step", ("the step in float64, cast once to the parameter's dtype", _ps_alt_float64)),
+]:
+    ALTERNATIVES.setdefault(_name, []).append(_entry)
