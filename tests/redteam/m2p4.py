@@ -839,3 +839,30 @@ ALTERNATIVES = {
     "local_train_step": [("batch and state validated before hp; keyword call of adamw_step", _lts_alt_torch_free)],
     "run_inner_steps": [("all H batches drawn first, then the H steps", _ris_alt_batches_first)],
 }
+
+
+# ==========================================================================================================
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# ==========================================================================================================
+def _noniid_alt_np_split(X, y, num_workers, rng, alpha):
+    """The contract's recipe literally: np.split of each shuffled class, pieces gathered per worker, sorted."""
+    n = _check_xy(X, y)
+    k = _check_workers(num_workers, n)
+    _check_rng(rng)
+    alpha = _check_alpha(alpha)
+    for _deal_no in range(100):
+        rows = [[] for _ in range(k)]
+        for c in np.unique(y):
+            idx = rng.permutation(np.flatnonzero(y == c))
+            p = rng.dirichlet(np.full(k, alpha))
+            cuts = np.floor(np.cumsum(p)[:-1] * len(idx)).astype(int)
+            for i, piece in enumerate(np.split(idx, cuts)):
+                rows[i].append(piece)
+        mine = [np.sort(np.concatenate(r)) for r in rows]
+        if all(len(m) for m in mine):
+            return [(X[m], y[m]) for m in mine]
+    raise ValueError(f"alpha = {alpha}: 100 deals left a worker without data")
+
+
+ALTERNATIVES.setdefault("noniid_shard_dataset", []).append(
+    ("np.split of each shuffled class, per-worker pieces concatenated and sorted", _noniid_alt_np_split))

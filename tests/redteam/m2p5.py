@@ -541,3 +541,33 @@ ALTERNATIVES = {
         ("the recipe by hand: float64 mean cast once, then the difference", _cog_alt_manual),
     ],
 }
+
+
+# ==========================================================================================================
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# ==========================================================================================================
+def _uom_alt_float64(state, outer_grad, momentum):
+    step, mu = _uom_checks(state, outer_grad, momentum)
+    buf = state["momentum_buffer"]
+    new = {k: (mu * b.astype(np.float64) + outer_grad[k].astype(np.float64)).astype(b.dtype) for k, b in buf.items()}
+    return dict(step=step + 1, momentum_buffer=new)
+
+
+def _nos_alt_expanded(params, state, outer_grad, lr, momentum):
+    """theta - lr((1 + mu) Delta + mu^2 b): the same step with b' substituted, no call to Lesson 22."""
+    lr, mu = _lr(lr), _momentum(momentum)
+    _float_tree("params", params)
+    _like("params", params, "outer_grad", outer_grad)
+    step = _outer_state(state)
+    b = state["momentum_buffer"]
+    _like("params", params, "momentum_buffer", b)
+    new_b = {k: (mu * b[k] + outer_grad[k]).astype(b[k].dtype) for k in b}
+    new_p = {k: (p - lr * ((1 + mu) * outer_grad[k] + mu * mu * b[k])).astype(p.dtype) for k, p in params.items()}
+    return new_p, {"step": step + 1, "momentum_buffer": new_b}
+
+
+for _name, _entry in [
+    ("update_outer_momentum", ("mu b + Delta in float64, cast once to the buffer's dtype", _uom_alt_float64)),
+    ("nesterov_outer_step", ("b' substituted: theta - lr((1 + mu) Delta + mu^2 b)", _nos_alt_expanded)),
+]:
+    ALTERNATIVES.setdefault(_name, []).append(_entry)
