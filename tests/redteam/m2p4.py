@@ -866,3 +866,40 @@ def _noniid_alt_np_split(X, y, num_workers, rng, alpha):
 
 ALTERNATIVES.setdefault("noniid_shard_dataset", []).append(
     ("np.split of each shuffled class, per-worker pieces concatenated and sorted", _noniid_alt_np_split))
+
+
+def _lts_alt_torch_sgd_form(params, opt_state, batch, hp):
+    """SGD as torch.optim.SGD computes it, theta - lr (g + wd theta), in float64 and cast once; AdamW by the
+    lesson's adamw_step."""
+    _check_hp(hp)
+    _check_opt_state(opt_state, params)
+    X_b, y_b = _check_batch(batch, params)
+    logits, cache = model_forward(params, X_b)
+    loss = float(cross_entropy_loss(logits, y_b))
+    grads = model_backward(params, cache, y_b)
+    if hp["optimizer"] == "adamw":
+        new_params, new_state = adamw_step(params, grads, opt_state, lr=hp["lr"], beta1=hp["beta1"],
+                                           beta2=hp["beta2"], eps=hp["eps"], weight_decay=hp["weight_decay"])
+        return new_params, new_state, loss
+    lr, wd = float(hp["lr"]), float(hp["weight_decay"])
+    new_params = {k: (p.astype(np.float64) - lr * (grads[k].astype(np.float64) + wd * p.astype(np.float64)))
+                  .astype(p.dtype) for k, p in params.items()}
+    return new_params, {"step": opt_state["step"] + 1, "m": opt_state["m"], "v": opt_state["v"]}, loss
+
+
+def _ris_alt_list_of_losses(params, opt_state, shard, H, hp, rng):
+    from trainsys.diloco.sharding import local_train_step, sample_worker_batch  # Lessons 18 and 19
+
+    _ris_checks(params, shard, H, hp, rng)
+    losses = []
+    for _ in range(H):
+        params, opt_state, loss = local_train_step(params, opt_state, sample_worker_batch(shard, hp["batch_size"], rng),
+                                                   hp)
+        losses.append(loss)
+    return params, opt_state, np.asarray(losses, dtype=np.float64)
+
+
+ALTERNATIVES.setdefault("local_train_step", []).append(
+    ("SGD in torch's form theta - lr (g + wd theta), float64, cast once", _lts_alt_torch_sgd_form))
+ALTERNATIVES.setdefault("run_inner_steps", []).append(
+    ("the lessons' functions in a loop, losses gathered in a list", _ris_alt_list_of_losses))
