@@ -474,3 +474,40 @@ ALTERNATIVES = {
     ],
     "communication_savings": [("NumPy first-True search, Fraction for the per-step ratio", _cs_alt)],
 }
+
+
+# ==========================================================================================================
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# ==========================================================================================================
+def _cs_alt_min_max(diloco_history, sync_history, metric="heldout_loss"):
+    """Bests by min/max on the metric's own scale, first crossings by index loops, divisions in float."""
+    _validate_history("diloco_history", diloco_history)
+    _validate_history("sync_history", sync_history)
+    if metric not in ("heldout_loss", "heldout_accuracy"):
+        raise ValueError(f"metric must be 'heldout_loss' or 'heldout_accuracy', got {metric!r}")
+    lower = metric == "heldout_loss"
+    best = min if lower else max
+    bests = [best(e[metric] for e in h) for h in (diloco_history, sync_history)]
+    target = max(bests) if lower else min(bests)  # the worse of the two bests
+    good = (lambda q: q <= target) if lower else (lambda q: q >= target)
+    firsts = []
+    for h in (diloco_history, sync_history):
+        i = 0
+        while not good(h[i][metric]):
+            i += 1
+        firsts.append(h[i])
+    for name, h, first in (("diloco_history", diloco_history, firsts[0]), ("sync_history", sync_history, firsts[1])):
+        for e in (first, h[-1]):
+            if not (e["steps"] > 0 and e["cumulative_bytes"] > 0):
+                raise ValueError(f"{name}: steps and cumulative_bytes must be positive")
+    last_d, last_s = diloco_history[-1], sync_history[-1]  # one division of integer products (the lesson)
+    return {"metric": metric, "target": float(target),
+            "diloco_round": int(firsts[0]["round"]), "sync_round": int(firsts[1]["round"]),
+            "diloco_bytes": int(firsts[0]["cumulative_bytes"]), "sync_bytes": int(firsts[1]["cumulative_bytes"]),
+            "ratio": firsts[1]["cumulative_bytes"] / firsts[0]["cumulative_bytes"],
+            "bytes_per_step_ratio": (int(last_s["cumulative_bytes"]) * int(last_d["steps"]))
+            / (int(last_d["cumulative_bytes"]) * int(last_s["steps"]))}
+
+
+ALTERNATIVES.setdefault("communication_savings", []).append(
+    ("min/max bests, index loops for the first crossing", _cs_alt_min_max))
