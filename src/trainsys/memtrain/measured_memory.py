@@ -357,3 +357,50 @@ def compare_sharded(config: GPTConfig, world_size: int, stage: int, batch_size: 
     worst = {c: max(r[c] for r in ranks) for c in states}
     return {"ranks": ranks, "measured": worst, "predicted": {c: predicted[c] for c in states},
             "error": {c: relative_error(predicted[c], worst[c]) for c in states}}
+
+
+# --- the peak of a whole step (torch.profiler's memory timeline) ------------------------------------------
+def measure_step_peak(config: GPTConfig, batch_size: int, precision: str = "fp32", recompute: str = "none",
+                      seed: int = 0) -> dict:
+    """The peak of live CPU bytes during one steady-state Adam step, with what was alive at that moment.
+
+    One warm-up step creates Adam's state; the second step (forward, backward, ``step``,
+    ``zero_grad(set_to_none=True)``) runs under ``torch.profiler.profile(profile_memory=True)``, whose memory
+    timeline (``export_memory_timeline``; categories inferred by the profiler from the graph) gives the bytes
+    of every allocation alive at every instant. Returns ``peak`` (bytes) and ``at_peak``: bytes per category
+    (``parameter``, ``optimizer_state``, ``input``, ``temporary``, ``activation``, ``gradient``,
+    ``autograd_detail`` — gradients of activations in flight —, ``unknown``) at the instant of the peak.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX
+
+    _require_config(config)
+    b = require_int("batch_size", batch_size, minimum=1)
+    _choice("precision", precision, PRECISIONS)
+    _choice("recompute", recompute, RECOMPUTE)
+    torch.manual_seed(seed)
+    model = GPT(config).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    idx, targets = _batch(config, b, seed)
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "autocast_bf16"):
+            _, loss = model(idx, targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    with recomputation(model, recompute):
+        step()
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                     with_stack=True) as prof:
+            step()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "timeline.json")
+        prof.export_memory_timeline(str(path), "cpu")
+        _, sizes = json.loads(path.read_text())  # per instant: [0, bytes per category in _CATEGORY_TO_INDEX order]
+    totals = [sum(row) for row in sizes]
+    at = sizes[max(range(len(totals)), key=totals.__getitem__)]
+    names = {index: (category.name.lower() if category is not None else "unknown")
+             for category, index in _CATEGORY_TO_INDEX.items()}
+    return {"peak": max(totals), "at_peak": {names[i]: at[i + 1] for i in sorted(names)}}
