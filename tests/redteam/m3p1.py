@@ -518,3 +518,29 @@ ALTERNATIVES = {
          "class leaves the stream unchanged", _split_skip_absent),
     ],
 }
+
+
+# ==========================================================================================================
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# ==========================================================================================================
+def _synth_alt_reduced_qr(n, d_in, n_classes, seed):
+    """QR through mode='reduced' (the default's own mode) and a tensor method chain for the labels."""
+    for name, value, low in (("n", n, 1), ("d_in", d_in, 1), ("n_classes", n_classes, 2)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+        if value < low:
+            raise ValueError(f"{name} must be >= {low}, got {value}")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer, got {seed!r}")
+    if not 0 <= seed <= 2**63 - 1:
+        raise ValueError(f"seed must be in [0, 2**63 - 1], got {seed}")
+    g = torch.Generator()
+    g.manual_seed(int(seed))
+    G = torch.randn((int(d_in), int(n_classes)), generator=g)
+    X = torch.randn((int(n), int(d_in)), generator=g)
+    W = torch.linalg.qr(G, mode="reduced")[0] if d_in >= n_classes else G / math.sqrt(d_in)
+    return LabelledDataset(X, X.matmul(W).argmax(dim=1), int(n_classes))
+
+
+ALTERNATIVES.setdefault("build_synthetic_dataset", []).append(
+    ("torch.linalg.qr(G, mode='reduced')[0], X.matmul(W).argmax(dim=1)", _synth_alt_reduced_qr))

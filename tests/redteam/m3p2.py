@@ -505,3 +505,42 @@ ALTERNATIVES = {
         ("scatter_add_ over flattened (client, label) cells", _count_alt_scatter),
     ],
 }
+
+
+# ==========================================================================================================
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# ==========================================================================================================
+def _non_iid_alt_tensor_split_and_loops(dataset, num_clients, shards_per_client=2, seed=0, *, alpha=None):
+    """Shards with torch.tensor_split of the stable label order; Dirichlet pieces collected per client in lists."""
+    _check_dataset(dataset)
+    n = len(dataset)
+    K = _check_clients(num_clients, n)
+    seed = _check_seed(seed)
+    if alpha is None:
+        s = shards_per_client
+        if not _is_int(s):
+            raise TypeError(f"shards_per_client must be an integer, got {s!r}")
+        if s < 1 or K * s > n:
+            raise ValueError(f"shards_per_client must satisfy 1 <= K*s <= n, got {s} with K = {K}, n = {n}")
+        order = torch.sort(dataset.labels, stable=True).indices
+        shards = torch.tensor_split(order, K * int(s))  # the first n mod S one longer
+        deal = torch.randperm(K * int(s), generator=torch.Generator().manual_seed(seed))
+        return [torch.sort(torch.cat([shards[int(j)] for j in deal[k * s:(k + 1) * s]])).values for k in range(K)]
+    a = _check_alpha(alpha)
+    labels = dataset.labels.numpy()
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        pieces = [[] for _ in range(K)]
+        for c in range(dataset.n_classes):
+            members = rng.permutation(np.flatnonzero(labels == c))
+            p = rng.dirichlet(np.full(K, a))
+            for k, piece in enumerate(np.split(members, np.floor(len(members) * np.cumsum(p)[:-1]).astype(int))):
+                pieces[k].append(piece)
+        parts = [np.sort(np.concatenate(pk)) for pk in pieces]
+        if all(len(pk) for pk in parts):
+            return [torch.from_numpy(pk.astype(np.int64)) for pk in parts]
+    raise ValueError(f"alpha = {a}: 100 Dirichlet draws left a client empty")
+
+
+ALTERNATIVES.setdefault("partition_data_non_iid", []).append(
+    ("torch.tensor_split shards; Dirichlet pieces gathered in per-client lists", _non_iid_alt_tensor_split_and_loops))

@@ -785,3 +785,23 @@ ALTERNATIVES = {
         ("sum of n_k w_k in float64 divided by m_t at the end", _agg_alt_divide_last),
     ],
 }
+
+
+# ==========================================================================================================
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# ==========================================================================================================
+def _scale_alt_torch_mul(state, c):
+    """torch.mul with a Python float, a dict comprehension; clones for integer and bool tensors."""
+    if not isinstance(state, Mapping) or not state:
+        raise (TypeError if not isinstance(state, Mapping) else ValueError)("state must be a non-empty mapping")
+    if any(not isinstance(t, torch.Tensor) for t in state.values()):
+        raise TypeError("state must map keys to tensors")
+    if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, float, np.integer, np.floating)):
+        raise TypeError(f"c must be a real number, got {type(c).__name__}")
+    if not math.isfinite(float(c)):
+        raise ValueError(f"c must be finite, got {c!r}")
+    return {k: torch.mul(t, float(c)) if t.is_floating_point() else t.clone() for k, t in state.items()}
+
+
+ALTERNATIVES.setdefault("scale_state_dict", []).append(
+    ("torch.mul(t, float(c)) in a dict comprehension", _scale_alt_torch_mul))

@@ -737,3 +737,22 @@ ALTERNATIVES = {
     "rounds_to_target_vs_local_epochs": [("seeds outer loop, statistics module", _r2t_alt_seed_outer)],
     "accuracy_vs_client_fraction": [("clients per round read off the runs; statistics module", _avf_alt_from_runs)],
 }
+
+
+# ==========================================================================================================
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# ==========================================================================================================
+def _gap_alt_numpy(iid_history, non_iid_history):
+    """(S, T) matrices, NumPy means and ddof=1 spreads."""
+    a, b = _rows(iid_history, "iid_history"), _rows(non_iid_history, "non_iid_history")
+    if a.shape != b.shape:
+        raise ValueError(f"non_iid_history has {b.shape[0]} seeds x {b.shape[1]} rounds, iid_history {a.shape}")
+    g = a - b  # (S, T): positive when the non-IID run is behind
+    S, T = g.shape
+    std = g.std(axis=0, ddof=1) if S > 1 else np.zeros(T)
+    return {"rounds": list(range(1, T + 1)), "gap_mean": g.mean(axis=0).tolist(), "gap_std": std.tolist(),
+            "final_gap_mean": float(g[:, -1].mean()), "final_gap_std": float(std[-1]), "mean_gap": float(g.mean()),
+            "num_seeds": int(S)}
+
+
+ALTERNATIVES.setdefault("compute_non_iid_gap", []).append(("NumPy (S, T) matrices, std(ddof=1)", _gap_alt_numpy))
