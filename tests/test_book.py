@@ -85,6 +85,24 @@ def test_book_loads_no_external_resources(built_book: Path) -> None:
     assert (built_book / "_static" / "mathjax" / "tex-chtml.js").is_file()
 
 
+@pytest.mark.slow
+def test_no_image_in_the_book_lacks_alt_text(built_book: Path) -> None:
+    """Every ``<img>`` of the built pages says what it shows (``tests/test_alt_text.py``'s rule): none has an
+    empty alt or a file name as alt, as all 99 had before the figures were described (issue 27)."""
+    from tests.test_alt_text import alt_problem
+
+    images = problems = 0
+    for page in built_book.rglob("*.html"):
+        for tag in re.findall(r"<img\b[^>]*>", page.read_text()):
+            images += 1
+            alt = re.search(r"""\balt=(["'])(.*?)\1""", tag, re.S)
+            if (why := alt_problem(alt.group(2) if alt else None)) is not None:
+                problems += 1
+                print(f"{page.relative_to(built_book)}: {why}")
+    assert images, "no image found in the built book"
+    assert not problems, f"{problems} of {images} images lack alt text (listed above)"
+
+
 # --- Checked as a reader would: the built book in headless Chromium ------------------------------------
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
@@ -244,6 +262,8 @@ def test_every_control_of_every_lesson_widget_changes_the_figure(browser_page, p
 
     controls = page.locator("main .widget-hslider, main .widget-toggle-buttons")
     assert controls.count() >= 1, f"{path}: no control found"
+    labels = [controls.nth(i).locator(".widget-label").first.inner_text().strip() for i in range(controls.count())]
+    assert all(labels), f"{path}: a control without a visible label: {labels}"
     for i in range(controls.count()):
         control = controls.nth(i)
         handle = control.locator(".noUi-handle")
@@ -263,7 +283,8 @@ def test_every_control_of_every_lesson_widget_changes_the_figure(browser_page, p
             buttons = control.locator("button")
             previous = look()
             for b in range(buttons.count()):
-                buttons.nth(b).click()
+                buttons.nth(b).focus()  # operated from the keyboard, as a reader without a mouse would
+                page.keyboard.press("Enter")
                 now = look()
                 if now["frame"] != previous["frame"]:
                     assert now["sha256"] != previous["sha256"], f"{path}: a toggle left the figure as it was"
