@@ -464,7 +464,30 @@ def bench_faults() -> None:
     print(f"faults: {time.perf_counter() - start:.1f} s")
 
 
+def bench_memory_gpt() -> None:
+    """The transformer explorer against the measured GPT: the grid re-measured (largest relative error per
+    category, target 5 %), the per-rank ZeRO-1/FSDP2 errors and the step peaks from the record ``memory-gpt``."""
+    import os
+
+    from trainsys.evidence import load_record
+    from trainsys.memtrain.memory_grid import GRID, grid_errors, largest_errors
+
+    start = time.perf_counter()
+    rows = grid_errors(GRID)
+    print(f"transformer explorer vs measured GPT, {len(rows)} configurations re-measured (target |error| <= 5%):")
+    for category, error in largest_errors(rows).items():
+        print(f"  {category}: largest error {error:+.2%}")
+    record = load_record("memory-gpt")
+    for row in record["figures"]["largest_error"]["rows"][4:]:
+        print(f"  {row[0]}: largest error {row[1]:+.2f}% over {row[2]} runs (record memory-gpt)")
+    for row in record["figures"]["peak"]["rows"]:
+        print(f"  step peak, small GPT, {row[0]}, {row[1]}: measured {row[2]:,} B, explorer {row[3]:,.0f} B "
+              f"({row[4]:+.1f}%)")
+    print(f"memory_gpt: {time.perf_counter() - start:.1f} s (load average {os.getloadavg()[0]:.1f})")
+
+
 SECTIONS: dict[str, Callable[[], None]] = {
+    "memory_gpt": bench_memory_gpt,
     "data_parallel": bench_data_parallel,
     "zero_stages": bench_zero_stages,
     "trainer": bench_trainer,
