@@ -245,3 +245,21 @@ def test_m1_40_bad_stop_condition_is_refused_naming_the_key(config, error) -> No
     key = next(iter(config))
     with pytest.raises(error, match=re.escape(f"config['{key}']")):
         train(config)
+
+
+def test_m1_40_every_check_failure_quotes_a_sentence_the_lesson_states() -> None:
+    # check_train ends each failure with (contract, <bullet>: "<sentence>"); each sentence is the lesson's own,
+    # read from the notebook with code spans unquoted and emphasis dropped
+    import json
+    from pathlib import Path
+
+    from trainsys.grading.trainer import SAYS
+
+    notebook = Path(__file__).resolve().parents[1] / "solutions/m1p7-memory-and-full-loop/40_train.ipynb"
+    cells = json.loads(notebook.read_text())["cells"]
+    markdown = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    parts = re.split(r"(`[^`]*`)", markdown)  # code spans keep their asterisks (2**6, i*B)
+    text = "".join(p[1:-1] if p.startswith("`") else p.replace("**", "").replace("*", "") for p in parts)
+    text = " ".join(text.split())
+    missing = [key for key, (_, sentence) in SAYS.items() if sentence not in text]
+    assert not missing, missing

@@ -42,10 +42,22 @@ WITNESSES = {
             existing("train", "negative seed accepted"),
             existing("train", "lr = inf accepted"),
             existing("train", "num_micro_batches bound ceil(batch/N)"),
-            existing("train", "loss recorded as NaN on a skipped step"),
-            existing("train", "loss scaler never updated"),
-            ("a float16 overflow raises FloatingPointError", _train_raising_on_overflow),
             existing("train", "lr_backoff = 1 accepted"),
+        ],
+        "data and order": [
+            existing("train", "one permutation for the whole run"),
+            existing("train", "epoch of ceil(n/batch) batches"),
+        ],
+        "history": [
+            existing("train", "'skipped' as np.bool_"),
+            existing("train", "history scale None in float32"),
+            existing("train", "loss = mean of the workers' mean losses"),
+            existing("train", "loss recorded as NaN on a skipped step"),
+        ],
+        "skip": [
+            ("a float16 overflow raises FloatingPointError", _train_raising_on_overflow),
+            existing("train", "loss scaler never updated"),
+            existing("train", "skips only on worker 0's overflow"),
         ],
         "metric that proves it correct": [
             existing("train", "averages the workers' mean gradients equally"),
@@ -56,7 +68,6 @@ WITNESSES = {
             existing("train", "ZeRO-2 bills the all-gather on a skipped step"),
             existing("train", "steps on worker 0's gradient only"),
             existing("train", "memory report that ignores the ZeRO stage"),
-            existing("train", "loss = mean of the workers' mean losses"),
         ],
         "rollback": [
             existing("train", "rolls back but does not lower the learning rate"),

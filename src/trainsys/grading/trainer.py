@@ -28,7 +28,10 @@ CLAUSES = {
     "train": {
         "mutation": ("baseline",),
         "failure modes": ("an unknown key 'momentum'", "steps = True", "progress = 'yes'", "seed = -1", "lr = inf",
-                          "num_micro_batches = 8", "mixed precision, lr = 1 on 3 workers", "lr_backoff = 1"),
+                          "num_micro_batches = 8", "lr_backoff = 1"),
+        "data and order": ("baseline",),
+        "history": ("baseline", "4 workers, uneven shards", "mixed precision, lr = 1 on 3 workers"),
+        "skip": ("mixed precision, lr = 1 on 3 workers",),
         "metric that proves it correct": ("4 workers, uneven shards", "ZeRO-1 on 3 workers", "ZeRO-2 on 4 workers",
                                           "ZeRO-3 on 3 workers", "ZeRO-2, float16 overflows"),
         "rollback": ("rollback: lr = 50", "rollback: lr = 1 recovers", "rollback: a loss that creeps up",
@@ -39,6 +42,55 @@ CLAUSES = {
 """The case labels that enforce each clause of each lesson's contract (see ``trainsys.grading.clauses``)."""
 
 SMALL = {"layer_widths": [6, 16, 16, 16, 2], "n": 96, "batch": 30, "steps": 6, "lr": 5e-3}
+
+# The sentences of lesson 40's contract (Concepts, and the Implementation's exchange bullet) each failure enforces,
+# quoted with the lesson's backticks and emphasis dropped; tests/test_m1p7_trainer.py holds them to the lesson text.
+SAYS = {
+    "record": ("Concepts", "The run record holds config (validated), seeds (data, order, init), history, losses (the "
+               "history's), bytes_communicated_per_worker (an int: the history's bytes summed), memory_report "
+               "(Lesson 39's of the config's keys)"),
+    "mutation": ("Mutation", "config and TRAIN_DEFAULTS are never written, and the record shares no list with either "
+                 "(copy layer_widths)"),
+    "failure": ("Failure modes", "checked before anything is drawn, each error naming config['<key>']: an unknown key "
+                "(ValueError listing it); an integer field (n, batch, steps, num_workers, num_micro_batches, "
+                "segment_size, seed, max_retries) that is not an int — True and 30.0 are not — is a TypeError, outside "
+                "its range a ValueError; a real field (lr, lr_backoff, explode_factor) that is not a real number "
+                "(True, \"10\") a TypeError, non-finite or outside its range a ValueError; progress not a bool a "
+                "TypeError; any other precision or zero_stage a ValueError"),
+    "order": ("Data and order", "One default_rng(seed + 1) draws permutation(n) at every step $t$ with $t \\bmod "
+              "\\lfloor n/B\\rfloor = 0$; step $t$ takes rows perm[i*B:(i+1)*B]"),
+    "entries": ("History", "one dict per step run with exactly step; loss"),
+    "loss": ("History", "loss: $\\frac1B\\sum_e \\ell_e$ before the update, on skipped and rolled-back steps too"),
+    "skipped": ("History", "skipped: a Python bool"),
+    "scale": ("History", "scale: a float, 1.0 in float32, else the scale after the step (or the one it ran with — the "
+              "same choice every step)"),
+    "skip": ("Skip", "an inf or NaN in any worker's unscaled gradient skips the update on every worker; the scaler "
+             "(init_scale=2**6, growth_interval=50) updates once per step, and a rollback restores it"),
+    "losses": ("Metric that proves it correct", "float32 losses equal train({})'s to $10^{-5}$ (themselves "
+               "torch.optim.Adam's), final_params to rtol $10^{-4}$; \"mixed\" within float16's resolution"),
+    "bytes": ("Implementation, Exchange by stage", "billing the busiest worker's bytes per step with $\\Psi_N = "
+              "\\lceil\\Psi/N\\rceil$ floats of 4 bytes: stages 0–1, the ring's max(ring_bytes_per_worker(Ψ, N, "
+              "4)); stage 2, $(M+1)(N-1)\\Psi_N$ ($M(N-1)\\Psi_N$ if skipped: no all-gather); stage 3, "
+              "$3M(N-1)\\Psi_N$"),
+    "good": ("Rollback", "step $t$ is good if $L_t$ is finite and $\\le \\kappa\\, m_t$ ($\\kappa$ = explode_factor, "
+             "$m_t$ the smallest earlier good loss, $m_0 = \\infty$); the state it started from (weights, Adam "
+             "state, scaler) becomes the last good state"),
+    "undo": ("Rollback", "A bad step goes back to that state — which also undoes the update of the good step that made "
+             "the bad state —, multiplies lr by lr_backoff and appends {\"step\", \"reason\", \"lr\"} to rollbacks "
+             "(reason \"non-finite loss\" or \"exploding loss\", lr the new one)"),
+    "stop": ("Rollback", "With max_retries rollbacks made, a bad step is undone and ends the run; stopped (else None) "
+             "is one line naming its step"),
+    "final": ("Rollback", "final_params: the float32 master weights W0, b0, … in that order, after the last step (the "
+              "last good state when stopped)"),
+    "metrics": ("Metrics", "seconds (a real > 0, from time.perf_counter) per step; examples_per_second = batch × steps "
+                "run / Σ seconds; measured_peak_bytes_per_worker: a list of $N$ ints > 0"),
+}
+
+
+def _says(key: str) -> str:
+    """`` (contract, <bullet>: "<sentence>")``: the contract sentence a failure enforces, to end its message."""
+    bullet, sentence = SAYS[key]
+    return f' (contract, {bullet}: "{sentence}")'
 
 
 HISTORY_KEYS = ("step", "loss", "skipped", "bytes", "scale")
@@ -61,7 +113,8 @@ def _history(label: str, got: Any, expected: list, tol: float, rolled_back: dict
     sanity (a positive real) in the metrics cases only, so that a wrong metric fails there.
     """
     if not isinstance(got, list) or len(got) != len(expected):
-        raise CheckFailure(f"[{label}] history must be a list of {len(expected)} dicts, one per step run")
+        raise CheckFailure(f"[{label}] history must be a list of {len(expected)} dicts, one per step run"
+                           + _says("entries"))
     # The contract does not say whether a step records the scale it ran with or the scale after its update
     # (the reference's): either is accepted, the same one at every step.
     after = [want["scale"] for want in expected]
@@ -76,40 +129,39 @@ def _history(label: str, got: Any, expected: list, tol: float, rolled_back: dict
     for t, (h, want) in enumerate(zip(got, expected)):
         if not isinstance(h, dict) or not set(HISTORY_KEYS) <= set(h) <= keys or (metrics and set(h) != keys):
             raise CheckFailure(f"[{label}] history[{t}] must be a dict with exactly the keys {sorted(keys)}, "
-                               f"got {sorted(h) if isinstance(h, dict) else type(h).__name__}")
+                               f"got {sorted(h) if isinstance(h, dict) else type(h).__name__}" + _says("entries"))
         if type(h["skipped"]) is not bool:
             kind = type(h["skipped"])
             raise CheckFailure(f"[{label}] history[{t}]['skipped'] must be a Python bool (True or False), got "
-                               f"{kind.__module__}.{kind.__name__}")
+                               f"{kind.__module__}.{kind.__name__}" + _says("skipped"))
         if h["skipped"] != want["skipped"]:
-            raise CheckFailure(f"[{label}] history[{t}]['skipped'] is {h['skipped']}, expected {want['skipped']} "
-                               "(a step is skipped when any worker's unscaled gradient holds an inf or a NaN)")
+            raise CheckFailure(f"[{label}] history[{t}]['skipped'] is {h['skipped']}, expected {want['skipped']}"
+                               + _says("skip"))
         if h["step"] != want["step"]:
-            raise CheckFailure(f"[{label}] history[{t}]['step'] is {h['step']!r}, expected {want['step']}")
+            raise CheckFailure(f"[{label}] history[{t}]['step'] is {h['step']!r}, expected {want['step']}"
+                               + _says("entries"))
         if h["scale"] not in scales[t] or not isinstance(h["scale"], float):
             raise CheckFailure(f"[{label}] history[{t}]['scale'] is {h['scale']!r}, expected "
-                               f"{' or '.join(map(repr, sorted(set(scales[t]))))} (the loss scale: 2^6 at first, "
-                               "halved after an overflow, doubled after 50 clean steps in a row, restored with the "
-                               "rest of the state by a rollback; 1.0 in float32)")
+                               f"{' or '.join(map(repr, sorted(set(scales[t]))))} (2^6 at first, halved after an "
+                               "overflow, doubled after 50 clean steps in a row)" + _says("scale") + _says("skip"))
         if h["bytes"] != want["bytes"]:
-            raise CheckFailure(f"[{label}] history[{t}]['bytes'] is {h['bytes']!r}, expected {want['bytes']} (the "
-                               "busiest worker's bytes, rolled-back steps too: the ring's at stages 0-1, 2(N-1)s "
-                               "floats at stage 2 — (N-1)s if skipped —, (2M+1)(N-1)s at stage 3, s = ceil(Ψ/N))")
+            raise CheckFailure(f"[{label}] history[{t}]['bytes'] is {h['bytes']!r}, expected {want['bytes']} "
+                               "(on every step run, rolled-back ones too)" + _says("bytes"))
         loss = h["loss"]
         if t in rolled_back:
             if not _bad(loss, rolled_back[t]) or np.isfinite(want["loss"]) != np.isfinite(float(loss)):
                 raise CheckFailure(f"[{label}] history[{t}]['loss'] is {loss!r}, expected a loss that is bad as the "
                                    f"reference's {want['loss']!r} (non-finite, or above {rolled_back[t]:.6g} = "
-                                   "explode_factor x the smallest loss so far)")
+                                   "explode_factor x the smallest loss so far)" + _says("good"))
         elif isinstance(loss, bool) or not isinstance(loss, (int, float, np.floating)) or \
                 not abs(float(loss) - want["loss"]) <= tol * abs(want["loss"]):
             raise CheckFailure(f"[{label}] history[{t}]['loss'] is {loss!r}, expected {want['loss']!r} (the batch's "
-                               "mean loss before the step, recorded on skipped steps too)")
+                               "mean loss)" + _says("loss"))
         seconds = h.get("seconds")
         if metrics and (isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.floating))
                         or not np.isfinite(seconds) or not seconds > 0):
-            raise CheckFailure(f"[{label}] history[{t}]['seconds'] is {seconds!r}, expected the step's wall time "
-                               "(a real number > 0, from time.perf_counter)")
+            raise CheckFailure(f"[{label}] history[{t}]['seconds'] is {seconds!r}, expected the step's wall time"
+                               + _says("metrics"))
 
 
 def _bad_steps(expected: dict) -> dict[int, float]:
@@ -132,48 +184,46 @@ def _rollbacks(label: str, got: dict, expected: dict) -> None:
     want = expected["rollbacks"]
     entries = got["rollbacks"]
     if not isinstance(entries, list):
-        raise CheckFailure(f"[{label}] rollbacks must be a list of dicts, got {type(entries).__name__}")
+        raise CheckFailure(f"[{label}] rollbacks must be a list of dicts, got {type(entries).__name__}" + _says("undo"))
     summary = [(r["step"], r["reason"]) for r in want]
     if len(entries) != len(want) or not all(isinstance(r, dict) and set(r) == {"step", "reason", "lr"}
                                             for r in entries):
         raise CheckFailure(f"[{label}] rollbacks is {entries!r}, expected {len(want)} dicts "
-                           f"{{'step', 'reason', 'lr'}} at (step, reason) {summary} (a loss that is not finite, or "
-                           "above explode_factor x the smallest loss so far, rolls back)")
+                           f"{{'step', 'reason', 'lr'}} at (step, reason) {summary}" + _says("good") + _says("undo"))
     for i, (r, w) in enumerate(zip(entries, want)):
         if r["step"] != w["step"] or r["reason"] != w["reason"]:
             raise CheckFailure(f"[{label}] rollbacks[{i}] is at step {r['step']!r} for {r['reason']!r}, expected "
-                               f"step {w['step']} for {w['reason']!r} (all: {summary})")
+                               f"step {w['step']} for {w['reason']!r} (all: {summary})" + _says("good") + _says("undo"))
         lr = r["lr"]
         # lr_backoff^k x lr: k float multiplications, each exact to half an ulp; 1e-12 accepts any order
         if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)) or \
                 not abs(float(lr) - w["lr"]) <= 1e-12 * w["lr"]:
-            raise CheckFailure(f"[{label}] rollbacks[{i}]['lr'] is {lr!r}, expected {w['lr']!r} (the learning rate "
-                               "after lowering: lr_backoff x the one before, at every rollback)")
+            raise CheckFailure(f"[{label}] rollbacks[{i}]['lr'] is {lr!r}, expected {w['lr']!r}" + _says("undo"))
     stopped = got["stopped"]
     if expected["stopped"] is None:
         if stopped is not None:
             raise CheckFailure(f"[{label}] stopped is {stopped!r}, expected None (the run did not exhaust "
-                               "max_retries)")
+                               "max_retries)" + _says("stop"))
         return
     step = expected["history"][-1]["step"]
     if not isinstance(stopped, str) or "\n" in stopped or \
             re.search(rf"(?<![0-9]){step}(?![0-9])", stopped) is None:
-        raise CheckFailure(f"[{label}] stopped is {stopped!r}, expected a one-line reason naming step {step} (the "
-                           f"bad loss after max_retries = {expected['config']['max_retries']} rollbacks ends the run)")
+        raise CheckFailure(f"[{label}] stopped is {stopped!r}, expected a one-line reason naming step {step} "
+                           f"(max_retries = {expected['config']['max_retries']})" + _says("stop"))
 
 
 def _metrics(label: str, got: dict, batch: int, num_workers: int) -> None:
     """The stage metrics' types and sanity; never their values against the reference (they depend on the machine)."""
     missing = [key for key in METRIC_KEYS if key not in got]
     if missing:
-        raise CheckFailure(f"[{label}] the run record misses {missing}")
+        raise CheckFailure(f"[{label}] the run record misses {missing}" + _says("metrics"))
     # No relation between the peaks is required: a first call in a process allocates caches (a worker's peak in
     # a fresh process was measured above the whole step's that followed it: 33,804 against 28,944 bytes)
     peaks = got["measured_peak_bytes_per_worker"]
     if not isinstance(peaks, list) or len(peaks) != num_workers or \
             not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) and p > 0 for p in peaks):
         raise CheckFailure(f"[{label}] measured_peak_bytes_per_worker is {peaks!r}, expected a list of "
-                           f"{num_workers} ints > 0 (each worker's tracemalloc peak, one worker at a time)")
+                           f"{num_workers} ints > 0" + _says("metrics"))
     seconds = sum(float(h["seconds"]) for h in got["history"])
     throughput = got["examples_per_second"]
     want = batch * len(got["history"]) / seconds
@@ -181,7 +231,7 @@ def _metrics(label: str, got: dict, batch: int, num_workers: int) -> None:
     if isinstance(throughput, bool) or not isinstance(throughput, (int, float, np.floating)) or \
             not abs(float(throughput) - want) <= 1e-9 * want:
         raise CheckFailure(f"[{label}] examples_per_second is {throughput!r}, expected {want!r} = batch x "
-                           f"{len(got['history'])} steps run / {seconds:.6g} s (the sum of history's seconds)")
+                           f"{len(got['history'])} steps run / {seconds:.6g} s" + _says("metrics"))
 
 
 def check_train(fn: Callable[..., Any]) -> str:
@@ -197,8 +247,9 @@ def check_train(fn: Callable[..., Any]) -> str:
         ("3 workers x 2 micro-batches", {"num_workers": 3, "num_micro_batches": 2}, 1e-5),
         ("checkpointing, segments of 2", {"segment_size": 2}, 1e-5),
         ("ZeRO-1 on 3 workers", {"num_workers": 3, "zero_stage": 1}, 1e-5),
-        # ZeRO-2 and -3 compute what ZeRO-1 computes; their bytes differ (Implementation): Ψ = 690 here, so
-        # s = ceil(690 / 4) = 173 and stage 2 sends 2 x 3 x 173 floats a step where the ring sends 1,036
+        # ZeRO-2 and -3 compute what ZeRO-1 computes (to rounding: with M = 2 they reduce after every micro-batch);
+        # their bytes differ (Implementation): Ψ = 690 here, so s = ceil(690 / 4) = 173 and stage 2 sends
+        # (M + 1) x 3 x 173 floats a step where the ring sends 1,036
         ("ZeRO-2 on 4 workers x 2 micro-batches", {"num_workers": 4, "num_micro_batches": 2, "zero_stage": 2}, 1e-5),
         ("ZeRO-3 on 3 workers x 2 micro-batches, checkpointed (gathers before every micro-batch's forward and "
          "backward)", {"num_workers": 3, "num_micro_batches": 2, "segment_size": 2, "zero_stage": 3}, 1e-5),
@@ -252,23 +303,27 @@ def check_train(fn: Callable[..., Any]) -> str:
     def compare(label: str, got: Any, expected: dict, inputs: Args) -> None:
         unchanged(label, inputs)
         if not isinstance(got, dict):
-            raise CheckFailure(f"[{label}] must return the run record (a dict), got {type(got).__name__}")
+            raise CheckFailure(f"[{label}] must return the run record (a dict), got {type(got).__name__}"
+                               + _says("record"))
         metrics = label.startswith("metrics:")
         missing = sorted(set(expected) - set(got) - (set() if metrics else set(METRIC_KEYS)))
         if missing:
-            raise CheckFailure(f"[{label}] the run record misses {missing}")
+            raise CheckFailure(f"[{label}] the run record misses {missing}" + _says("record"))
         _rollbacks(label, got, expected)
         bad = _bad_steps(expected)
         good = [t for t in range(len(expected["losses"])) if t not in bad]
         losses, want = np.asarray(got["losses"], dtype=float), np.asarray(expected["losses"])
         if losses.shape != want.shape:
-            raise CheckFailure(f"[{label}] {losses.size} losses recorded, expected one per step run ({want.size})")
+            raise CheckFailure(f"[{label}] {losses.size} losses recorded, expected one per step run ({want.size})"
+                               + _says("record"))
         gap = np.abs(losses[good] - want[good]) / np.abs(want[good])
         worst = float(np.max(gap))
         if not worst <= tolerance[label]:
             step = good[int(np.nanargmax(np.where(np.isnan(gap), np.inf, gap)))]
+            hint = _says("order") if step > 0 and label == "baseline" else ""  # step 0 right, later ones wrong
             raise CheckFailure(f"[{label}] loss at step {step} is {float(losses[step])!r}, expected "
-                               f"{float(want[step])!r} (relative difference {worst:.3g}, allowed {tolerance[label]:g})")
+                               f"{float(want[step])!r} (relative difference {worst:.3g}, allowed {tolerance[label]:g})"
+                               + _says("loss") + _says("losses") + hint)
         _history(label, got["history"], expected["history"], tolerance[label], bad, metrics)
         if metrics:
             _metrics(label, got, expected["config"]["batch"], expected["config"]["num_workers"])
@@ -279,12 +334,12 @@ def check_train(fn: Callable[..., Any]) -> str:
             if not isinstance(report, dict) or not np.isclose(float(report.get(key, np.nan)), value, rtol=1e-9):
                 shown = report.get(key) if isinstance(report, dict) else report
                 raise CheckFailure(f"[{label}] memory_report[{key!r}] is {shown!r}, expected {value!r} "
-                                   "(trainsys.memtrain.memory.memory_report of the config)")
+                                   "(trainsys.memtrain.memory.memory_report of the config)" + _says("record"))
         sent = got["bytes_communicated_per_worker"]
         if type(sent) is not int or sent != expected["bytes_communicated_per_worker"]:
             raise CheckFailure(f"[{label}] bytes_communicated_per_worker is {sent!r}, "
-                               f"expected the int {expected['bytes_communicated_per_worker']!r} (the sum of history's "
-                               "bytes: the busiest worker's bytes per step, by ZeRO stage)")
+                               f"expected the int {expected['bytes_communicated_per_worker']!r}" + _says("record")
+                               + _says("bytes"))
         # float32 master weights (entries of size ~0.01-1): the gradients of another correct summation order
         # differ by a few eps32 (1.2e-7) relative, and Adam's step lr * m / (sqrt(v) + eps) carries that into the
         # weights over up to 51 steps: rtol 1e-4, atol 1e-6 leave a factor of ~100. With float16 forward and
@@ -294,14 +349,17 @@ def check_train(fn: Callable[..., Any]) -> str:
         if not isinstance(final, dict) or list(final) != list(expected["final_params"]):
             raise CheckFailure(f"[{label}] final_params must be a dict with the keys "
                                f"{list(expected['final_params'])} in this order, got "
-                               f"{list(final) if isinstance(final, dict) else type(final).__name__}")
-        assert_array_dict(label, "final_params (the float32 master weights)", final, expected["final_params"],
-                          rtol=rtol, atol=atol)
+                               f"{list(final) if isinstance(final, dict) else type(final).__name__}" + _says("final"))
+        try:
+            assert_array_dict(label, "final_params (the float32 master weights)", final, expected["final_params"],
+                              rtol=rtol, atol=atol)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{failure}{_says('final')}{_says('losses')}") from None
         caller = inputs[0][0]["layer_widths"]
         record_widths = got["config"].get("layer_widths") if isinstance(got["config"], dict) else None
         if record_widths is caller:
-            raise CheckFailure(f"[{label}] record['config']['layer_widths'] is the caller's own list; everything in "
-                               "the record is new (copy the config when merging it with TRAIN_DEFAULTS)")
+            raise CheckFailure(f"[{label}] record['config']['layer_widths'] is the caller's own list"
+                               + _says("mutation"))
 
     key = lambda name: ("config[", name)  # noqa: E731 - named as config['<key>'] (either quote)
     invalid = [
@@ -331,7 +389,17 @@ def check_train(fn: Callable[..., Any]) -> str:
         ("explode_factor = nan", (ValueError,), key("explode_factor"), _fixed({**SMALL, "explode_factor": np.nan})),
         ("explode_factor = '10'", (TypeError,), key("explode_factor"), _fixed({**SMALL, "explode_factor": "10"})),
     ]
-    count = run_cases("train", fn, ref.train, cases, compare, invalid, compare_with_inputs=True, count_only=True)
+    refusals = {label for label, *_ in invalid}
+    try:
+        count = run_cases("train", fn, ref.train, cases, compare, invalid, compare_with_inputs=True, count_only=True)
+    except CheckFailure as failure:  # the harness's own messages: a refusal, a changed config, a crash
+        message = str(failure)
+        if "(contract, " in message:
+            raise
+        label = message[1:message.index("]")] if message.startswith("[") and "]" in message else ""
+        key = "failure" if label in refusals else "mutation" if " changed " in message or "modified" in message \
+            else "record"
+        raise CheckFailure(message + _says(key)) from None
     # A config without layer_widths takes TRAIN_DEFAULTS' list: two runs must not hand out one shared list.
     label = "two runs with the default widths: the records share no list"
     with quiet():
@@ -341,5 +409,5 @@ def check_train(fn: Callable[..., Any]) -> str:
               else None for r in (first, second)]
     if widths[0] is not None and widths[0] is widths[1]:
         raise CheckFailure(f"[{label}] both records' config['layer_widths'] are one list object (TRAIN_DEFAULTS' "
-                           "own?); everything in the record is new — copy the defaults when merging")
+                           "own?)" + _says("mutation"))
     return passed("train", count + 1)
