@@ -216,8 +216,8 @@ def communication_bytes_per_step(num_params: int, precision: str, num_workers: i
 
     Stages 0–1 keep a full local gradient, accumulate the ``M`` micro-batches and exchange once: a reduce-scatter
     plus an all-gather, :math:`c = 2` (one ring all-reduce). A sharded gradient cannot accumulate a full one, so
-    stages 2–3 reduce-scatter after every micro-batch's backward (DeepSpeed's engine communicates "during non
-    gradient accumulation boundaries as well" at stage ≥ 2, ``deepspeed/runtime/engine.py``,
+    stages 2–3 reduce-scatter after every micro-batch's backward ("gradient reduction is required after every
+    backward because of gradient partitioning", deepspeedai/DeepSpeed issue #2252; ``deepspeed/runtime/engine.py``,
     ``allreduce_gradients``): stage 2, :math:`c = M + 1` (the all-gather of the new parameters once); stage 3,
     :math:`c = 3M` (each micro-batch also gathers the parameters for its forward and its backward). Elements
     travel in float16 when ``precision == "mixed"``, float32 otherwise."""

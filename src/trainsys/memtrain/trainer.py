@@ -30,10 +30,12 @@ precision: the gradients are exchanged unscaled in float32), the busiest worker 
   gradient is reduce-scattered; the updated shards stay put: :math:`3M(N-1)s\,b`, skipped or not
   (:math:`3(N-1)s\,b` for ``M = 1``, the paper's :math:`3\Psi`).
 
-Reducing after every micro-batch is what a sharded gradient forces: DeepSpeed's engine communicates "during
-non gradient accumulation boundaries as well" at stage ≥ 2 and refuses ``no_sync`` there ("incompatible with
-gradient partitioning logic of ZeRO stage 2"; ``deepspeed/runtime/engine.py``, ``DeepSpeedEngine.
-allreduce_gradients`` and ``no_sync``), whereas stages 0–1 keep a full local gradient and exchange once per step.
+Reducing after every micro-batch is what a sharded gradient forces: "For zero stage 2 (and 3), gradient
+reduction is required after every backward because of gradient partitioning. Each rank retains only the
+accumulated gradients of its partition" (DeepSpeed maintainer, deepspeedai/DeepSpeed issue #2252, 2022); the
+engine communicates "during non gradient accumulation boundaries as well" at stage ≥ 2 and refuses ``no_sync``
+there (``deepspeed/runtime/engine.py``, ``DeepSpeedEngine.allreduce_gradients`` and ``no_sync``), whereas
+stages 0–1 keep a full local gradient and exchange once per step.
 
 Stages 2 and 3 send every message through :func:`~trainsys.memtrain.zero_stages.send_message` and count
 the bytes from that log. The workers run one after the other; each owner adds the pieces it receives into
