@@ -49,10 +49,14 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
+from trainsys.autograde.feedback import TruncateOutputs  # noqa: E402
 from trainsys.execution import SlicedPollExecute  # noqa: E402
 
+# TruncateOutputs: the autograded notebook keeps at most a bounded number of bytes per output and per cell
+# (LimitOutput counts lines: one 300 MB line passes it).
 c.Autograde.autograde_preprocessors = [
     SlicedPollExecute,
+    TruncateOutputs,
     IgnorePattern,
     ClearMetadataPreprocessor,
     LimitOutput,

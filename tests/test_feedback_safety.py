@@ -17,6 +17,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from nbformat import NotebookNode
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 
 from trainsys.autograde.feedback import SanitizeOutputs, sanitize_html, sanitize_svg
@@ -393,3 +394,63 @@ def test_course_config_wires_the_sanitizer_into_generate_feedback() -> None:
     config = (REPO / "autograder" / "nbgrader_config.py").read_text()
     assert re.search(r"c\.GenerateFeedback\.preprocessors = \[[^\]]*SanitizeOutputs", config)
     assert "c.GenerateFeedback.exporter_class = FeedbackExporter" in config
+
+
+# --- floods: bytes, not lines ------------------------------------------------------------------------------
+def test_clip_text_keeps_both_ends_within_the_byte_limit() -> None:
+    from trainsys.autograde.feedback import MAX_TEXT_BYTES, clip_text
+
+    assert clip_text("short") == "short"
+    for char in ("x", "é", "€", "😀"):  # 1 to 4 UTF-8 bytes
+        text = "START" + char * (3 * MAX_TEXT_BYTES) + "END"
+        clipped = clip_text(text)
+        assert clipped.startswith("START") and clipped.endswith("END")
+        assert "characters not shown" in clipped
+        assert len(clipped.encode()) <= MAX_TEXT_BYTES + 200, (char, len(clipped.encode()))
+
+
+def test_a_20_mb_exception_and_many_prints_leave_bounded_outputs() -> None:
+    from trainsys.autograde.feedback import MAX_CELL_OUTPUT_BYTES, MAX_TEXT_BYTES, bound_outputs
+
+    message = "boom " * (4 * 2**20)  # 20 MiB (the hostile class raises 300 MB through the real command)
+    error = new_output("error", ename="ValueError", evalue=message,
+                       traceback=["Traceback (most recent call last)", f"\x1b[31mValueError\x1b[0m: {message}"])
+    prints = [NotebookNode(output_type="stream", name="stdout", text=f"step {i}\n") for i in range(20_000)]
+    kept = bound_outputs([*prints, error, new_output("stream", name="stdout", text=message)])
+    assert [o.output_type for o in kept] == ["stream", "error", "stream"]
+    assert kept[0].text.startswith("step 0\n") and kept[0].text.endswith("step 19999\n")
+    assert len(kept[1].evalue.encode()) <= MAX_TEXT_BYTES + 200
+    assert sum(len(line) for line in kept[1].traceback) <= MAX_TEXT_BYTES + 200
+    assert "characters not shown" in kept[1].evalue and "characters not shown" in kept[2].text
+    many = bound_outputs([new_output("display_data", data={"text/plain": "y" * MAX_TEXT_BYTES}) for _ in range(200)])
+    assert len(many) < 200 and "more output(s) not shown" in many[-1].text
+    assert sum(len(o.get("data", {}).get("text/plain", "")) for o in many) <= MAX_CELL_OUTPUT_BYTES
+
+
+def test_a_huge_image_is_replaced_by_a_note() -> None:
+    from trainsys.autograde.feedback import MAX_IMAGE_BYTES, bound_outputs
+
+    image = new_output("display_data", data={"image/png": "A" * (MAX_IMAGE_BYTES + 4)})
+    (kept,) = bound_outputs([image])
+    assert "image/png" not in kept.data and "over the" in kept.data["text/plain"]
+
+
+def test_a_feedback_page_stays_under_its_limit_whatever_the_notebook_holds() -> None:
+    """5,000 markdown cells of quotes (6 bytes each once escaped), long code and outputs: the page is
+    measured, cut, and still shows the graded cell and a note."""
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+
+    from trainsys.autograde.feedback import MAX_PAGE_BYTES, FeedbackExporter
+
+    cells = [new_markdown_cell('"' * 2000) for _ in range(5_000)]
+    cells.append(new_code_cell("x = 1  # " + "a+" * 40_000, outputs=[new_output("stream", name="stdout", text="<" * 10**6)]))
+    graded = new_code_cell("assert x == 1", metadata={"nbgrader": {"grade": True, "grade_id": "tests", "points": 1,
+                                                                   "solution": False, "locked": True}})
+    cells.append(graded)
+    exporter = FeedbackExporter()
+    exporter.register_preprocessor(SanitizeOutputs(), enabled=True)
+    exporter.register_preprocessor(CSSHTMLHeaderPreprocessor(), enabled=True)
+    html, _ = exporter.from_notebook_node(new_notebook(cells=cells))
+    assert len(html.encode()) <= MAX_PAGE_BYTES
+    assert "cell(s) not shown: a feedback page shows at most" in html
+    assert "reached its size limit" in html  # the graded cell kept its place

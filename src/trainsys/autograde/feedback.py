@@ -20,6 +20,21 @@ so the page is built as if it were hostile (configured in ``autograder/nbgrader_
   offline and runs no code at all.
 
 Allowed URLs in student content: ``#fragment`` links, and ``data:image/png|jpeg|gif;base64`` image sources.
+
+**Floods are bounded** (bytes, not lines; nbgrader's own ``LimitOutput`` counts lines):
+
+* :class:`TruncateOutputs` runs in ``nbgrader autograde`` right after execution, so the autograded notebook
+  on disk is already bounded: consecutive prints are merged, and each text output, error message and
+  traceback keeps its first and last :data:`MAX_TEXT_BYTES` / 2 bytes with a note saying how much was cut;
+  an image over :data:`MAX_IMAGE_BYTES` is replaced by a note; once a cell's outputs reach
+  :data:`MAX_CELL_OUTPUT_BYTES` the rest is replaced by one note.
+* :class:`SanitizeOutputs` applies the same limits again and keeps one feedback page within
+  :data:`MAX_PAGE_CONTENT_BYTES` of student content, estimated as the page will hold it (text and sources
+  at :data:`HTML_GROWTH` times their size, images at theirs): cell sources are cut to
+  :data:`MAX_SOURCE_BYTES`, and past the budget, graded cells keep their place (so the scores still show)
+  with notes for source and outputs and other cells are left out with one note. :class:`FeedbackExporter`
+  measures the finished page and renders it again with a quarter of the budget while it is over
+  :data:`MAX_PAGE_BYTES` (nbgrader's template alone is ~0.16 MB).
 """
 
 from __future__ import annotations
@@ -27,6 +42,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections import deque
 from typing import Any
 
 import nh3
@@ -37,10 +53,176 @@ from nbconvert.filters.markdown import markdown2html as _render_markdown
 from nbconvert.preprocessors import Preprocessor
 from nbformat import NotebookNode
 from nbformat.v4 import new_output
-from traitlets import Bool, default
+from traitlets import Bool, Int, default
 
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS")
 NOTICE = "# Hidden tests: the code is not shown. Its result is below."
+
+
+# --------------------------------------------------------------------------------------------------
+# Floods
+# --------------------------------------------------------------------------------------------------
+
+#: One text shown to the student (a print's text, an error message, a traceback, an HTML or Markdown
+#: output) keeps at most this many UTF-8 bytes: its first and last half.
+MAX_TEXT_BYTES = 16 * 1024
+#: One image output (base64 PNG/JPEG/SVG) at most; a larger one is replaced by a note.
+MAX_IMAGE_BYTES = 1024 * 1024
+#: All outputs of one cell at most (text at its size, images at theirs); the rest becomes one note.
+MAX_CELL_OUTPUT_BYTES = 1024 * 1024 + 4 * MAX_TEXT_BYTES
+#: One cell's source as shown on the feedback page (what was run is not changed).
+MAX_SOURCE_BYTES = 64 * 1024
+#: Student content of one feedback page, counted as the page holds it (see the module docstring).
+MAX_PAGE_CONTENT_BYTES = 3 * 1024 * 1024
+#: How much a text is taken to grow on the page (HTML escaping, syntax-highlighting spans, rendered Markdown).
+#: An estimate: worst cases grow more (``"`` becomes ``&quot;``; Pygments wraps each token in a ``<span>``),
+#: which is why :class:`FeedbackExporter` measures the finished page and renders it again with a quarter of
+#: the budget while it is over :data:`MAX_PAGE_BYTES`.
+HTML_GROWTH = 3
+#: Per cell on the page beyond its content: nbgrader's template wraps each cell in ~1 kB of markup.
+CELL_OVERHEAD_BYTES = 2048
+#: The largest feedback page :class:`FeedbackExporter` writes (student content + nbgrader's template).
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+
+
+def clip_text(text: str, limit: int = MAX_TEXT_BYTES) -> str:
+    """``text`` if it fits in ``limit`` UTF-8 bytes, else its first and last ``limit // 2`` bytes around a
+    note saying how many characters were cut."""
+    if len(text) * 4 <= limit or (len(text) <= limit and len(text.encode("utf-8", "surrogatepass")) <= limit):
+        return text
+    return _joined(text, text, len(text), limit)
+
+
+def _joined(start: str, end: str, total: int, limit: int) -> str:
+    """The first ``limit // 2`` bytes of ``start`` and the last of ``end`` (the two ends of a text of
+    ``total`` characters) around a note saying how many characters were cut."""
+    half = limit // 2
+    head = start[:half].encode("utf-8", "surrogatepass")[:half].decode("utf-8", "ignore")
+    tail = end[-half:].encode("utf-8", "surrogatepass")[-half:].decode("utf-8", "ignore")
+    cut = total - len(head) - len(tail)
+    return (f"{head}\n[feedback] … {cut:,} characters not shown: an output shows at most its first and last "
+            f"{half // 1024} KiB …\n{tail}")
+
+
+def _text(value: Any) -> str:
+    return "".join(str(v) for v in value) if isinstance(value, list) else value if isinstance(value, str) else ""
+
+
+def _size(output: dict) -> int:
+    """The bytes an (already clipped) output holds."""
+    if output.get("output_type") == "stream":
+        return len(_text(output.get("text", "")))
+    if output.get("output_type") == "error":
+        return len(str(output.get("evalue", ""))) + sum(len(str(line)) for line in output.get("traceback", []) or [])
+    data = output.get("data", {})
+    return sum(len(_text(v)) for v in data.values()) if isinstance(data, dict) else 0
+
+
+def _note(text: str) -> NotebookNode:
+    return new_output("stream", name="stdout", text=f"[feedback] {text}\n")
+
+
+def clip_output(output: Any) -> NotebookNode | dict:
+    """One output with each of its texts clipped (:func:`clip_text`) and any image over
+    :data:`MAX_IMAGE_BYTES` replaced by a note; other fields as they were."""
+    if not isinstance(output, dict):
+        return output
+    kind = output.get("output_type")
+    if kind == "stream":
+        output["text"] = clip_text(_text(output.get("text", "")))
+    elif kind == "error":
+        output["ename"] = clip_text(str(output.get("ename", "Error")), 256)
+        output["evalue"] = clip_text(str(output.get("evalue", "")))
+        traceback = output.get("traceback", [])
+        lines = [str(line) for line in traceback] if isinstance(traceback, list) else []
+        if sum(len(line) for line in lines) * 4 > MAX_TEXT_BYTES:
+            output["traceback"] = clip_text("\n".join(lines)).split("\n")
+    elif kind in ("display_data", "execute_result") and isinstance(output.get("data"), dict):
+        data = output["data"]
+        for mime in list(data):
+            value = _text(data[mime])
+            if mime.startswith("image/") and mime != "image/svg+xml":
+                if len(value) > MAX_IMAGE_BYTES:
+                    del data[mime]
+                    data.setdefault("text/plain", f"[feedback] a {len(value) / 2**20:.1f} MB image, over the "
+                                                  f"{MAX_IMAGE_BYTES // 2**20} MiB shown for one image")
+            elif mime in ("image/svg+xml", "text/html") and len(value) > MAX_TEXT_BYTES * 4:
+                del data[mime]  # cut markup is broken markup: the plain text (clipped) stands in
+                data.setdefault("text/plain", f"[feedback] a {len(value) / 2**20:.1f} MB {mime} output, not shown")
+            elif isinstance(data[mime], (str, list)):
+                data[mime] = clip_text(value)
+    return output
+
+
+class _Ends:
+    """The first and last :data:`MAX_TEXT_BYTES` characters of a long run of prints, kept as they arrive."""
+
+    def __init__(self, text: str) -> None:
+        self.head, self.tail, self.total = text[:MAX_TEXT_BYTES], deque(), len(text)
+        self.tail_size = 0
+        if len(text) > MAX_TEXT_BYTES:
+            self._tail(text[MAX_TEXT_BYTES:])
+
+    def _tail(self, text: str) -> None:
+        self.tail.append(text[-MAX_TEXT_BYTES:])
+        self.tail_size += len(self.tail[-1])
+        while len(self.tail) > 1 and self.tail_size - len(self.tail[0]) >= MAX_TEXT_BYTES:
+            self.tail_size -= len(self.tail.popleft())
+
+    def add(self, text: str) -> None:
+        self.total += len(text)
+        room = MAX_TEXT_BYTES - len(self.head)
+        if room > 0 and not self.tail:
+            self.head += text[:room]
+            text = text[room:]
+        if text:
+            self._tail(text)
+
+    def text(self) -> str:
+        tail = "".join(self.tail)
+        if self.total == len(self.head) + len(tail):
+            return clip_text(self.head + tail)
+        return _joined(self.head, tail, self.total, MAX_TEXT_BYTES)
+
+
+def bound_outputs(outputs: list, budget: int = MAX_CELL_OUTPUT_BYTES) -> list:
+    """A cell's outputs within ``budget`` bytes: consecutive prints to the same stream merged, each output
+    clipped (:func:`clip_output`), and once the budget is spent one note in place of the rest."""
+    merged: list = []
+    pieces: dict[int, _Ends] = {}  # index in merged of a stream output -> the ends of its merged text
+    for output in outputs:
+        if (isinstance(output, dict) and output.get("output_type") == "stream" and merged
+                and id(merged[-1]) in pieces and merged[-1].get("name") == output.get("name")):
+            pieces[id(merged[-1])].add(_text(output.get("text", "")))
+            continue
+        if isinstance(output, dict) and output.get("output_type") == "stream":
+            pieces[id(output)] = _Ends(_text(output.get("text", "")))
+        merged.append(output)
+    for output in merged:
+        if id(output) in pieces:
+            output["text"] = pieces[id(output)].text()
+    kept, used = [], 0
+    for index, output in enumerate(merged):
+        output = clip_output(output)
+        size = _size(output) if isinstance(output, dict) else 0
+        if used + size > budget:
+            kept.append(_note(f"{len(merged) - index} more output(s) not shown: a cell shows at most "
+                              f"{budget // 1024} KiB of output"))
+            break
+        kept.append(output)
+        used += size
+    return kept
+
+
+class TruncateOutputs(Preprocessor):
+    """Bound every cell's outputs (:func:`bound_outputs`); in ``nbgrader autograde`` right after execution."""
+
+    enabled = Bool(True, help="nbconvert runs only enabled preprocessors; this one is always wanted").tag(config=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.get("cell_type") == "code" and isinstance(cell.get("outputs"), list):
+            cell["outputs"] = bound_outputs(cell["outputs"])
+        return cell, resources
 
 
 class HideHiddenTests(Preprocessor):
@@ -282,13 +464,47 @@ class SanitizeOutputs(Preprocessor):
     """
 
     enabled = Bool(True, help="nbconvert runs only enabled preprocessors; this one is always wanted").tag(config=True)
+    page_budget = Int(MAX_PAGE_CONTENT_BYTES, help="student content of one page, bytes as the page holds it "
+                                                   "(see the module docstring)").tag(config=True)
 
     def preprocess(self, nb, resources):
         # Widget state is written into the page by the classic template and drives a CDN-loaded widget
         # manager; the title is printed there too.
         for key in ("widgets", "title"):
             nb.metadata.pop(key, None)
-        return super().preprocess(nb, resources)
+        nb, resources = super().preprocess(nb, resources)
+        nb.cells = self._within_budget(nb.cells)
+        return nb, resources
+
+    def _within_budget(self, cells: list) -> list:
+        """The cells that fit :attr:`page_budget`; past it, graded cells keep their place with notes for
+        source and outputs, and the others are left out (one note says how many)."""
+        kept, used, left_out = [], 0, 0
+        for cell in cells:
+            source = cell.get("source", "") if isinstance(cell.get("source"), str) else ""
+            cell["source"] = source = clip_text(source, MAX_SOURCE_BYTES)
+            cost = CELL_OVERHEAD_BYTES + HTML_GROWTH * len(source)
+            for output in cell.get("outputs", []):
+                images = sum(len(v) for k, v in output.get("data", {}).items() if k in ("image/png", "image/jpeg"))
+                cost += images + HTML_GROWTH * (_size(output) - images)
+            if used + cost <= self.page_budget:
+                kept.append(cell)
+                used += cost
+                continue
+            used = self.page_budget  # nothing after a cell that did not fit: the page reads in order
+            if not isinstance(cell.get("metadata", {}).get("nbgrader"), dict):
+                left_out += 1
+                continue
+            cell["source"] = "# [feedback] not shown: this page had reached its size limit"
+            if cell.get("cell_type") == "code":
+                cell["outputs"] = [_note("outputs not shown: this page had reached its size limit")]
+            kept.append(cell)
+        if left_out:
+            note = NotebookNode(cell_type="markdown", metadata=NotebookNode(), id="feedback-size-limit",
+                                source=f"*[feedback] {left_out} cell(s) not shown: a feedback page shows at most "
+                                       f"{self.page_budget / 2**20:.1f} MB of a notebook.*")
+            kept.append(note)
+        return kept
 
     def preprocess_cell(self, cell, resources, index):
         cell_id = cell.get("id")
@@ -357,6 +573,7 @@ class SanitizeOutputs(Preprocessor):
         """One output as zero or more safe outputs (a dropped active output leaves a notice)."""
         if not isinstance(output, dict):
             return [_notice(["unknown"])]
+        output = clip_output(output)
         kind = output.get("output_type")
         if kind == "stream":
             text = output.get("text", "")
@@ -520,5 +737,23 @@ class FeedbackExporter(HTMLExporter):
         return sanitize_html(super().markdown2html(context, source))
 
     def from_notebook_node(self, nb, resources=None, **kw):
-        html, resources = super().from_notebook_node(nb, resources, **kw)
-        return secure_page(html), resources
+        """The secured page; rendered again with a quarter of the content budget while it is over
+        :data:`MAX_PAGE_BYTES` (each rendering starts from ``nb`` itself: nbconvert copies it first)."""
+        sanitizers = [p for p in getattr(self, "_preprocessors", []) if isinstance(p, SanitizeOutputs)]
+        budgets = [p.page_budget for p in sanitizers]
+        try:
+            for _ in range(4):
+                html, out = super().from_notebook_node(nb, dict(resources or {}), **kw)
+                html = secure_page(html)
+                if len(html.encode("utf-8", "surrogatepass")) <= MAX_PAGE_BYTES or not sanitizers:
+                    break
+                for sanitizer in sanitizers:
+                    sanitizer.page_budget //= 4
+        finally:
+            for sanitizer, budget in zip(sanitizers, budgets):
+                sanitizer.page_budget = budget
+        if len(html.encode("utf-8", "surrogatepass")) > MAX_PAGE_BYTES:
+            html = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"></head><body><p>This feedback page was "
+                    f"over {MAX_PAGE_BYTES // 2**20} MiB and is not shown; your instructor has the graded "
+                    "notebook.</p></body></html>")
+        return html, out
