@@ -18,7 +18,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 
 
-.PHONY: setup vendor browser sandbox datasets reproduce book test release grade lab progress bench federate clean
+.PHONY: setup vendor browser sandbox datasets reproduce book test release grade lab progress bench gpu-check federate clean
 
 setup: $(STAMP)
 
@@ -87,6 +87,10 @@ federate: setup
 
 bench: setup vendor sandbox
 	$(BIN)/python -m trainsys.bench
+
+# torch.cuda.max_memory_allocated vs the transformer explorer for GPT-2 small; prints "no GPU" and exits 0 without one.
+gpu-check: setup
+	$(BIN)/python -m trainsys.memtrain.gpu_check
 
 # The evidence records (src/trainsys/records/*.json) behind the real-data tables, section by section:
 # make reproduce REPRODUCE_ARGS="--section fedavg-fashion-mnist"; then the book's generated tables (book/records).

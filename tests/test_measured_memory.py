@@ -104,3 +104,11 @@ def test_m1_39_bad_input_names_the_argument(call, name) -> None:
     with pytest.raises((TypeError, ValueError)) as info:
         call()
     assert name in str(info.value)
+
+
+def test_m1_39_gpu_check_says_no_gpu_and_succeeds_without_one(capsys, monkeypatch) -> None:
+    from trainsys.memtrain import gpu_check
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main() == 0
+    assert capsys.readouterr().out.startswith("no GPU")
