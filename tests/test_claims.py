@@ -175,3 +175,28 @@ def test_flower_names_its_deployment_runtime_and_superexec() -> None:
     assert {"flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp", "flwr-clientapp"} <= scripts
     source = (Path(flwr.__file__).parent / "superlink/cli/flower_superlink.py").read_text()
     assert "Flower Deployment Runtime" in source and "Deployment Engine" not in source
+
+
+def test_torch_linear_draws_within_one_over_root_fan_in() -> None:
+    import torch
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(400, 300)
+    bound = 1 / math.sqrt(400)
+    for tensor in (layer.weight, layer.bias):
+        # 120,000 uniform draws fill the interval: the extremes come within 0.1% of the bound
+        assert float(tensor.abs().max()) <= bound and float(layer.weight.abs().max()) > 0.999 * bound
+
+
+def test_torch_batchnorm_running_mean_momentum() -> None:
+    import torch
+
+    bn = torch.nn.BatchNorm1d(3)
+    assert bn.momentum == 0.1
+    x = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    bn(x)  # training mode: running_mean = 0.9 * 0 + 0.1 * batch mean
+    torch.testing.assert_close(bn.running_mean, 0.1 * x.mean(dim=0))
+
+
+def test_sampling_with_replacement_misses_a_third() -> None:
+    assert round(100 * (1 - 1 / 600) ** 600) == 37 and round(100 / math.e) == 37
