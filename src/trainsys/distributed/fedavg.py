@@ -1,7 +1,8 @@
 r"""FedAvg rounds for real: each process hosts a group of clients; the aggregate is an all-reduce.
 
 Run: ``torchrun --standalone --nproc_per_node=P -m trainsys.distributed.fedavg --out r.json --rounds T
-[--fraction C] [--epochs E] [--partition iid|shards] [--seed S]`` and, for clients that drop out or
+[--fraction C] [--epochs E] [--partition iid|shards|natural] [--seed S] [--task synthetic|fashion-mnist|shakespeare]``
+(the task's config from :func:`trainsys.fedavg.real.task_config`, as the simulation and ``make federate`` build it) and, for clients that drop out or
 report too late (:mod:`trainsys.fedavg.faults`), ``[--dropout-rate p] [--deadline D] [--overselect r]
 [--straggler-median-s M] [--straggler-sigma s]``.
 
@@ -53,8 +54,8 @@ from trainsys.distributed.launch import finish, init_process_group, write_result
 from trainsys.fedavg.client import train_client_locally
 from trainsys.fedavg.faults import (FAULT_SEED_OFFSET, LogNormalLatency, draw_round, overselected_count,
                                     require_deadline, require_dropout_rate)
-from trainsys.fedavg.server import (clients_per_round, evaluate_accuracy, make_partition, prepare_run,
-                                    validate_fedavg_config)
+from trainsys.fedavg.real import task_config
+from trainsys.fedavg.server import clients_per_round, evaluate_accuracy, make_partition, prepare_run
 
 
 def fault_options(args: argparse.Namespace) -> dict[str, object]:
@@ -80,7 +81,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--fraction", type=float, default=0.2)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--partition", choices=["iid", "shards"], default="iid")
+    parser.add_argument("--partition", choices=["iid", "shards", "natural"], default=None,
+                        help="default: iid (natural for shakespeare: one client per speaking role)")
+    parser.add_argument("--task", choices=["synthetic", "fashion-mnist", "shakespeare"], default="synthetic")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dropout-rate", type=float, default=0.0, help="p in [0, 1): a selected client drops out")
     parser.add_argument("--deadline", type=float, default=None, help="simulated seconds; omitted: no deadline")
@@ -92,8 +95,8 @@ def main() -> None:
     args = parser.parse_args()
     try:
         faults = fault_options(args)
-        config = validate_fedavg_config({"rounds": args.rounds, "fraction": args.fraction, "epochs": args.epochs,
-                                         "partition": args.partition, "seed": args.seed})
+        config = task_config(args.task, rounds=args.rounds, fraction=args.fraction, epochs=args.epochs,
+                             partition=args.partition, seed=args.seed)
     except (TypeError, ValueError) as error:
         parser.error(str(error))
     rank, world = init_process_group()

@@ -1,7 +1,7 @@
 r"""FedAvg on Flower's Deployment Engine, on this machine: one SuperLink, ``S`` SuperNodes, one run.
 
 ``python -m trainsys.distributed.federate --out record.json [--supernodes 2] [--rounds 3] [--fraction 0.1]
-[--timeout 120]`` starts, on 127.0.0.1 and free ports, what ``S + 1`` machines would run (Flower 1.42;
+[--task synthetic|fashion-mnist|shakespeare] [--timeout 120]`` starts, on 127.0.0.1 and free ports, what ``S + 1`` machines would run (Flower 1.42;
 the flags are those of ``flower-superlink --help`` / ``flower-supernode --help`` and ``flwr run --help``,
 checked against the installed package's ``flwr/superlink/cli/flower_superlink.py``,
 ``flwr/supernode/cli/flower_supernode.py`` and ``flwr/cli/run/run.py``)::
@@ -54,7 +54,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,7 @@ from trainsys.distributed.flower_app import (CLIENT_APP_REF, RUN_CONNECT_TIMEOUT
                                              RUN_NUM_SUPERNODES, RUN_RECORD_PATH, RUN_ROUND_TIMEOUT, SERVER_APP_REF,
                                              node_config_string)
 from trainsys.distributed.launch import free_port, require_free_port
-from trainsys.fedavg.server import validate_fedavg_config
+from trainsys.fedavg.real import task_config
 
 HOST = "127.0.0.1"
 CONNECTION = "trainsys-local"
@@ -202,11 +202,14 @@ def _read_record(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def federate(out: str | os.PathLike[str], *, supernodes: int = 2, rounds: int = 3, fraction: float = 0.1,
-             seed: int = 0, epochs: int = 1, timeout: float = 120.0, round_timeout: float = 30.0,
+def federate(out: str | os.PathLike[str], *, supernodes: int = 2, rounds: int = 3, fraction: float | None = None,
+             seed: int = 0, epochs: int = 1, task: str = "synthetic", timeout: float = 120.0, round_timeout: float = 30.0,
              connect_timeout: float = 30.0, port: int | None = None, superlink_address: str | None = None,
              kill_supernode: int | None = None, kill_after_round: int = 1) -> dict[str, Any]:
     """Run FedAvg (``run_fedavg``'s config with these fields) on a local Flower federation; return the record.
+
+    ``task`` picks the data and model (:func:`trainsys.fedavg.real.task_config`: the synthetic task, ``"fashion-mnist"`` with
+    the 2NN, or ``"shakespeare"`` by role); ``fraction=None`` is the task's default ``C`` (0.1; Shakespeare 0.01).
 
     Starts one SuperLink on ``port`` (a free one if ``None``), ``supernodes`` SuperNodes dialling
     ``superlink_address`` (default ``127.0.0.1:port``; another value simulates a SuperNode that cannot
@@ -223,7 +226,7 @@ def federate(out: str | os.PathLike[str], *, supernodes: int = 2, rounds: int = 
     error, or the run outlasts ``timeout`` seconds.
     """
     supernodes = require_int("supernodes", supernodes, minimum=1)
-    config = validate_fedavg_config({"rounds": rounds, "fraction": fraction, "seed": seed, "epochs": epochs})
+    config = task_config(task, rounds=rounds, fraction=fraction, seed=seed, epochs=epochs)
     timeout = require_real("timeout", timeout, strictly_positive=True)
     round_timeout = require_real("round_timeout", round_timeout, strictly_positive=True)
     connect_timeout = require_real("connect_timeout", connect_timeout, strictly_positive=True)
@@ -248,8 +251,7 @@ def federate(out: str | os.PathLike[str], *, supernodes: int = 2, rounds: int = 
         flwr_home = tmp_path / "flwr-home"
         write_flower_config(flwr_home, f"{HOST}:{port}")
         write_flower_app(tmp_path / APP_NAME, {
-            RUN_FEDAVG_CONFIG: json.dumps({"rounds": config.rounds, "fraction": config.fraction,
-                                           "seed": config.seed, "epochs": config.epochs}),
+            RUN_FEDAVG_CONFIG: json.dumps(asdict(config)),
             RUN_NUM_SUPERNODES: supernodes, RUN_RECORD_PATH: str(record_path),
             RUN_ROUND_TIMEOUT: float(round_timeout), RUN_CONNECT_TIMEOUT: float(connect_timeout)})
         env = {**os.environ, "FLWR_HOME": str(flwr_home), "FLWR_TELEMETRY_ENABLED": "0",
@@ -355,9 +357,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="where to write the run record (JSON)")
     parser.add_argument("--supernodes", type=int, default=2, help="S: SuperNode i hosts the clients k mod S == i")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--fraction", type=float, default=0.1, help="C: clients per round max(ceil(C K), 1)")
+    parser.add_argument("--fraction", type=float, default=None,
+                        help="C: clients per round max(ceil(C K), 1) (default: the task's, 0.1; shakespeare 0.01)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--task", choices=["synthetic", "fashion-mnist", "shakespeare"], default="synthetic",
+                        help="the data and model: the lessons' synthetic task, Fashion-MNIST (2NN) or Shakespeare")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds for the whole run")
     parser.add_argument("--round-timeout", type=float, default=30.0, help="seconds the server waits for a round")
     parser.add_argument("--connect-timeout", type=float, default=30.0,
@@ -376,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, terminate)
     try:
         record = federate(args.out, supernodes=args.supernodes, rounds=args.rounds, fraction=args.fraction,
-                          seed=args.seed, epochs=args.epochs, timeout=args.timeout, round_timeout=args.round_timeout,
+                          seed=args.seed, epochs=args.epochs, task=args.task, timeout=args.timeout, round_timeout=args.round_timeout,
                           connect_timeout=args.connect_timeout, port=args.port,
                           superlink_address=args.superlink_address, kill_supernode=args.kill_supernode,
                           kill_after_round=args.kill_after_round)

@@ -14,13 +14,10 @@ and ``B ∈ {10, ∞}``.
 
 from __future__ import annotations
 
-import math
 import multiprocessing
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 
-import numpy as np
 
 from trainsys.fedavg.experiments import mean_and_spread, require_seeds
 from trainsys.fedavg.server import FedAvgConfig, run_fedavg, validate_fedavg_config, with_overrides
@@ -62,6 +59,26 @@ def shakespeare_config(**overrides: object) -> FedAvgConfig:
     return validate_fedavg_config({**base, **overrides})
 
 
+TASK_NAMES = ("synthetic", "fashion-mnist", "shakespeare")
+
+
+def task_config(task: str, **fields: object) -> FedAvgConfig:
+    """The validated config of ``task`` with ``fields`` (a ``None`` value keeps the task's default).
+
+    ``"synthetic"``: :class:`FedAvgConfig`'s defaults; ``"fashion-mnist"``: :func:`fashion_mnist_config`;
+    ``"shakespeare"``: :func:`shakespeare_config`. Every engine (``run_fedavg``, the torchrun job, ``make
+    federate``) builds its config here, so the same task and seed mean the same run. ``ValueError`` names ``task``.
+    """
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if task == "synthetic":
+        return validate_fedavg_config(fields)
+    if task == "fashion-mnist":
+        return fashion_mnist_config(**fields)
+    if task == "shakespeare":
+        return shakespeare_config(**fields)
+    raise ValueError(f"task must be one of {TASK_NAMES}, got {task!r}")
+
+
 def setting_label(method: str, epochs: int, batch_size: int | None) -> str:
     """``"FedSGD"`` or ``"FedAvg E=5, B=10"`` (B = ∞ written out)."""
     return "FedSGD" if method == "FedSGD" else f"FedAvg E={epochs}, B={'∞' if batch_size is None else batch_size}"
@@ -86,43 +103,56 @@ def run_jobs(jobs: Sequence[tuple[dict, int]], workers: int) -> list[dict[str, o
         return list(pool.imap(_run, jobs, chunksize=1))
 
 
-def rounds_table(
-    base: FedAvgConfig | Mapping[str, object],
+def job_cost(config: FedAvgConfig) -> float:
+    """A rough cost of a run for ordering jobs (longest first): round cap × local updates per client per round."""
+    return config.rounds * config.epochs * (config.num_examples / config.num_clients / config.batch_size
+                                            if config.batch_size else 1.0)
+
+
+def rounds_tables(
+    bases: Mapping[str, FedAvgConfig | Mapping[str, object]],
     rows: Sequence[tuple[str, Mapping[str, object]]],
     target: float,
     seeds: Iterable[int],
-    caps: Mapping[str, int],
+    caps: Mapping[str, Mapping[str, int]],
     workers: int = 2,
-) -> dict[str, object]:
-    """Rounds to ``target`` for each named row of config overrides, over ``seeds``, with per-row round caps.
+) -> dict[str, dict[str, dict[str, object]]]:
+    """Rounds to ``target`` for each base config (e.g. one per partition) × named row of overrides × seed.
 
-    ``rows``: ``[(label, overrides)]``; ``caps[label]``: the most rounds a run of that row may take (a run that
-    has not reached the target by then counts as not reached). Returns ``{"rows": {label: {"rounds": [per
-    seed or None], "reached": n, "mean": …, "std": …, "final_accuracy": [...], "curves": [[...]], "wall_s"}},
-    "target", "seeds"}``; the mean and standard deviation are over the seeds that reached (``None`` if none).
+    ``rows``: ``[(label, overrides)]``; ``caps[base name][label]``: the most rounds a run may take (a run that
+    has not reached the target by then counts as not reached). All runs go to one pool of ``workers``
+    processes, longest first (:func:`job_cost`). Returns ``{base name: {label: {"rounds": [per seed or None],
+    "reached": n, "mean", "std" (over the seeds that reached; ``None`` if none), "final_accuracy": [...],
+    "curves": [[per round] per seed], "wall_s", "cap"}}}``.
     """
     seeds = require_seeds(list(seeds))
-    base = validate_fedavg_config(base)
-    jobs, labels = [], []
-    for label, overrides in rows:
-        config = with_overrides(base, **overrides, rounds=int(caps[label]), stop_at=float(target))
-        for seed in seeds:
-            jobs.append((asdict(config), seed))
-            labels.append(label)
-    results = run_jobs(jobs, workers)
-    table: dict[str, dict[str, object]] = {}
-    for label, result in zip(labels, results):
-        row = table.setdefault(label, {"rounds": [], "curves": [], "final_accuracy": [], "wall_s": 0.0,
-                                       "cap": int(caps[label])})
+    jobs, keys = [], []
+    for name, base in bases.items():
+        base = validate_fedavg_config(base)
+        for label, overrides in rows:
+            config = with_overrides(base, **overrides, rounds=int(caps[name][label]), stop_at=float(target))
+            for seed in seeds:
+                jobs.append((asdict(config), seed))
+                keys.append((name, label, job_cost(config)))
+    order = sorted(range(len(jobs)), key=lambda i: -keys[i][2])
+    done = run_jobs([jobs[i] for i in order], workers)
+    results = [None] * len(jobs)
+    for i, result in zip(order, done):
+        results[i] = result
+    tables: dict[str, dict[str, dict[str, object]]] = {}
+    for (name, label, _), result in zip(keys, results):
+        row = tables.setdefault(name, {}).setdefault(label, {"rounds": [], "curves": [], "final_accuracy": [],
+                                                             "wall_s": 0.0, "cap": int(caps[name][label])})
         row["rounds"].append(result["rounds_run"] if result["reached"] else None)
         row["curves"].append(result["curve"])
         row["final_accuracy"].append(result["curve"][-1])
         row["wall_s"] += result["wall_s"]
-    for row in table.values():
-        hit = [r for r in row["rounds"] if r is not None]
-        row["reached"] = len(hit)
-        row["mean"], row["std"] = mean_and_spread(hit) if hit else (None, None)
-    return {"rows": table, "target": float(target), "seeds": seeds}
+    for table in tables.values():
+        for row in table.values():
+            hit = [r for r in row["rounds"] if r is not None]
+            row["reached"] = len(hit)
+            row["mean"], row["std"] = mean_and_spread(hit) if hit else (None, None)
+    return tables
 
 
 def speedup(baseline_mean: float | None, mean: float | None) -> float | None:
@@ -145,22 +175,3 @@ def centralized_curve(config: FedAvgConfig, epochs: int, seed: int) -> list[floa
     from trainsys.fedavg.experiments import train_centralized_baseline
     record = train_centralized_baseline(with_overrides(config, rounds=epochs, seed=seed, stop_at=None))
     return [h["test_accuracy"] for h in record["history"]]
-
-
-def as_percent(x: float | None) -> float | None:
-    """``x`` in percent, ``None`` kept."""
-    return None if x is None else 100.0 * x
-
-
-def nan_free(value: float | None) -> float | None:
-    """``None`` for NaN or inf (JSON records hold no NaN), else ``value``."""
-    return None if value is None or not math.isfinite(value) else value
-
-
-def elapsed(start: float) -> float:
-    """Seconds since ``start`` (``time.perf_counter``)."""
-    return time.perf_counter() - start
-
-
-__all__ = ["SETTINGS", "MCMAHAN_TABLE2_CNN_MNIST", "fashion_mnist_config", "shakespeare_config", "rounds_table",
-           "speedup", "format_rounds", "centralized_curve", "setting_label", "run_jobs", "np"]
