@@ -592,3 +592,85 @@ DISPUTED = {
          "package reference trainsys.fedavg.server.evaluate_accuracy itself returns NaN for an empty dataset"),
     ],
 }
+
+
+# ==========================================================================================================
+# Second correct alternatives (issue 27), written blind from the release notebooks.
+# ==========================================================================================================
+def _select_alt_sorted_ints(num_clients, fraction, rng):
+    if isinstance(num_clients, (bool, np.bool_)) or not isinstance(num_clients, (int, np.integer)):
+        raise TypeError(f"num_clients must be an integer, got {num_clients!r}")
+    if num_clients < 1:
+        raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+    if isinstance(fraction, (bool, np.bool_)) or not isinstance(fraction, numbers.Real):
+        raise TypeError(f"fraction must be a real number, got {fraction!r}")
+    if not 0 < fraction <= 1:  # NaN fails both comparisons
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    m = max(math.ceil(round(float(fraction) * int(num_clients), 12)), 1)
+    return sorted(int(k) for k in rng.choice(int(num_clients), size=m, replace=False))
+
+
+def _round_alt_reverse_aggregate(global_model, dataset, partition, fraction, epochs, batch_size, lr, rng,
+                                momentum=0.0):
+    """The clients' states aggregated in reverse order (another summation order); train loss by math.fsum;
+    S from the state dict's bytes."""
+    _validate_round(global_model, dataset, partition, epochs, batch_size, lr, momentum)
+    selected = _given_select(len(partition), fraction, rng)
+    seeds = rng.integers(0, 2**31 - 1, size=len(selected))
+    results = []
+    for k, seed in zip(selected, seeds):
+        local = copy.deepcopy(global_model)
+        out = train_client_locally(local, dataset, partition[k], epochs, batch_size, lr, int(seed), momentum)
+        results.append((out, clone_model_state(local)))
+    counts = [int(out["num_samples"]) for out, _ in results]
+    m_t = sum(counts)
+    load_model_state(global_model, aggregate_weighted_average([s for _, s in results][::-1], counts[::-1]))
+    losses = [float(out["epoch_losses"][-1]) for out, _ in results]
+    S = sum(t.nbytes for t in clone_model_state(global_model).values())
+    return {"selected": [int(k) for k in selected], "num_samples": counts, "client_losses": losses,
+            "train_loss": math.fsum(n * l for n, l in zip(counts, losses)) / m_t,
+            "local_steps": [int(out["num_steps"]) for out, _ in results],
+            "bytes_down": len(selected) * S, "bytes_up": len(selected) * S}
+
+
+def _fedavg_alt_record_at_end(config):
+    """The pipeline with per-round lists, the history zipped together at the end."""
+    config = validate_fedavg_config(config)
+    t0 = time.perf_counter()
+    s = config.seed
+    seeds = dict(data=s, split=s + 1, partition=s + 2, model=s + 3, rounds=s + 4)
+    train, test = train_test_split_dataset(
+        build_synthetic_dataset(config.num_examples, config.d_in, config.n_classes, seeds["data"]),
+        config.test_fraction, seeds["split"])
+    if config.partition == "iid":
+        clients = partition_data_iid(train, config.num_clients, seeds["partition"])
+    else:
+        clients = partition_data_non_iid(train, config.num_clients, config.shards_per_client, seeds["partition"],
+                                         alpha=config.alpha if config.partition == "dirichlet" else None)
+    model = build_mlp_classifier(config.d_in, config.d_hidden, config.n_classes, seeds["model"])
+    rng = np.random.default_rng(seeds["rounds"])
+    first = _given_evaluate(model, test)
+    infos, accuracies = [], []
+    for _ in tqdm(range(config.rounds), disable=not config.progress):
+        infos.append(_given_round(model, train, clients, config.fraction, config.epochs, config.batch_size, config.lr,
+                                  rng, config.momentum))
+        accuracies.append(_given_evaluate(model, test))
+    history = [{"round": t, "test_accuracy": acc, "train_loss": info["train_loss"], "selected": info["selected"],
+                "local_steps": info["local_steps"], "bytes_up": info["bytes_up"], "bytes_down": info["bytes_down"]}
+               for t, (info, acc) in enumerate(zip(infos, accuracies), start=1)]
+    up, down = sum(i["bytes_up"] for i in infos), sum(i["bytes_down"] for i in infos)
+    return {"kind": "fedavg", "config": asdict(config), "seeds": seeds, "client_sizes": [int(c.numel()) for c in clients],
+            "initial_test_accuracy": first, "history": history, "final_test_accuracy": accuracies[-1],
+            "bytes_communicated": {"up": up, "down": down, "total": up + down},
+            "wall_time_s": time.perf_counter() - t0}
+
+
+for _name, _entry in [
+    ("select_clients", ("sorted(int(k) for k in rng.choice(...)), numbers.Real check", _select_alt_sorted_ints)),
+    ("run_communication_round", ("clients aggregated in reverse order, math.fsum train loss",
+                                 _round_alt_reverse_aggregate)),
+    ("run_fedavg", ("per-round lists zipped into the history at the end", _fedavg_alt_record_at_end)),
+]:
+    ALTERNATIVES.setdefault(_name, []).append(_entry)

@@ -756,3 +756,20 @@ def _gap_alt_numpy(iid_history, non_iid_history):
 
 
 ALTERNATIVES.setdefault("compute_non_iid_gap", []).append(("NumPy (S, T) matrices, std(ddof=1)", _gap_alt_numpy))
+
+
+def _iid_alt_asdict_override(config):
+    """The validated config as a dict with partition replaced, handed to run_fedavg."""
+    return run_fedavg({**dataclasses.asdict(validate_fedavg_config(config)), "partition": "iid"})
+
+
+def _non_alt_asdict_override(config):
+    cfg = validate_fedavg_config(config)
+    return run_fedavg({**dataclasses.asdict(cfg), "partition": "shards" if cfg.partition == "iid" else cfg.partition})
+
+
+for _name, _entry in [
+    ("run_fedavg_iid", ("asdict of the validated config, partition overridden", _iid_alt_asdict_override)),
+    ("run_fedavg_non_iid", ("asdict of the validated config, 'iid' -> 'shards'", _non_alt_asdict_override)),
+]:
+    ALTERNATIVES.setdefault(_name, []).append(_entry)
