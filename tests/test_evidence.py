@@ -102,3 +102,11 @@ def _texts() -> list[tuple[str, str]]:
 def test_every_figure_shown_by_a_lesson_or_page_is_in_its_record() -> None:
     problems = [p for where, text in _texts() for p in check_references(text, where)]
     assert not problems, "\n".join(problems)
+
+
+def test_reproduce_sections_resolve_by_name() -> None:
+    from trainsys import reproduce
+    for name in reproduce.SECTIONS:
+        assert callable(reproduce.section(name)) and evidence.require_name(name) == name
+    with pytest.raises(ValueError, match="section must be one of"):
+        reproduce.section("no-such-section")

@@ -31,15 +31,17 @@ LOGIT_DELTA = 1e-3
 SEEDS = (0, 1, 2)
 
 # --- Fashion-MNIST -----------------------------------------------------------------------------------
-FASHION_TARGET = 0.80
-"""80 % test accuracy: the centralized 2NN passes it within its first epoch (SGD, B = 10) and levels off near
-86-87 % after a few (the record's ``centralized`` curve); FedSGD reaches it in a few hundred rounds."""
+FASHION_TARGET = 0.75
+"""75 % test accuracy: the centralized 2NN passes it within its first epoch (SGD, B = 10; 81.6 % after it in a
+pilot) and levels off near 86-87 % after a few (the record's ``centralized`` curve). Lower than the paper's
+near-ceiling targets (97 % for its 2NN on MNIST, 99 % for the CNN) so that FedSGD reaches it in about a hundred
+rounds and the whole table fits 15 minutes on two cores."""
 FASHION_LR = {None: 0.3, 10: 0.05}
 """Learning rate by B: B = ∞ (full-batch steps) 0.3, B = 10 0.05 — one rate per B, not tuned per setting
 as the paper does (a pilot on seed 0: lr 1.0 diverged for FedSGD, 0.3 reached 79 % in 150 rounds)."""
-FASHION_EPOCH_BUDGET = {None: 500, 10: 100}
-"""A run's round cap is this many local epochs divided by E (B = ∞: 500, 100, 25 rounds for E = 1, 5, 20;
-B = 10: 100, 20, 5): what 15 minutes on two cores afford. A run that has not reached the target by its cap
+FASHION_EPOCH_BUDGET = {None: 300, 10: 60}
+"""A run's round cap is this many local epochs divided by E (B = ∞: 300, 60, 15 rounds for E = 1, 5, 20;
+B = 10: 60, 12, 3): what 15 minutes on two cores afford. A run that has not reached the target by its cap
 is reported as not reached, and a speed-up against it as a lower bound."""
 CENTRALIZED_EPOCHS = 3
 QUICK_ROUNDS = 3
@@ -89,7 +91,7 @@ def fashion_figures(runs: Mapping[str, Mapping[str, Mapping]], central: Sequence
 
 
 def fashion_mnist_section(quick: bool = False, workers: int = 2) -> dict:
-    """Rounds to 80 % on Fashion-MNIST, IID and pathological non-IID, FedSGD and FedAvg (Table 2's settings)."""
+    """Rounds to 75 % on Fashion-MNIST, IID and pathological non-IID, FedSGD and FedAvg (Table 2's settings)."""
     if quick:
         return check_fashion_quick()
     start = time.perf_counter()
