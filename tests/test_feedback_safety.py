@@ -454,3 +454,21 @@ def test_a_feedback_page_stays_under_its_limit_whatever_the_notebook_holds() -> 
     assert len(html.encode()) <= MAX_PAGE_BYTES
     assert "cell(s) not shown: a feedback page shows at most" in html
     assert "reached its size limit" in html  # the graded cell kept its place
+
+
+def test_prints_do_not_pile_up_in_the_executing_client() -> None:
+    """The autograder's executor bounds a flooding cell's outputs as messages arrive (10 MB of prints in)."""
+    from trainsys.autograde.feedback import MAX_CELL_OUTPUT_BYTES, MAX_TEXT_BYTES
+    from trainsys.execution import SlicedPollExecute
+
+    executor = SlicedPollExecute()
+    executor.reset_execution_trackers()
+    executor.clear_before_next_output = False  # set per cell by nbclient
+    outs: list = []
+    for step in range(1000):
+        msg = {"msg_type": "stream", "parent_header": {"msg_id": "m"}, "header": {"msg_type": "stream"},
+               "content": {"name": "stdout", "text": f"step {step} " + "x" * 10_000 + "\n"}}
+        executor.output(outs, msg, None, 0)
+    held = sum(len(o.text) for o in outs)
+    assert held <= MAX_CELL_OUTPUT_BYTES + 64 * MAX_TEXT_BYTES, held  # at most 64 outputs arrive between bounds
+    assert outs[0].text.startswith("step 0 ") and outs[-1].text.startswith("step 999 ")

@@ -253,3 +253,13 @@ def test_an_older_minor_version_of_4_gets_cell_ids() -> None:
 def test_what_nbformat_cannot_read_is_refused(data: bytes, why: str) -> None:
     with pytest.raises(Refused, match=why):
         read_notebook(data)
+
+
+@pytest.mark.parametrize("value", ["..", "--help", "[0]*", "a+b"])
+def test_the_command_line_refuses_a_bad_assignment_id(course: Path, value: str, capsys) -> None:
+    from trainsys.autograde.__main__ import main
+
+    (course / "submitted").mkdir()
+    with pytest.raises(SystemExit) as exit_:
+        main(["--course", str(course), f"--assignment={value}"])
+    assert exit_.value.code == 2 and "--assignment: not a valid assignment id" in capsys.readouterr().err

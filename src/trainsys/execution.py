@@ -110,6 +110,19 @@ class SlicedPollExecute(Execute):
         super().__init__(*args, **kwargs)
         self.withhold_hidden_tests = bool(os.environ.get(ENV_VAR))
 
+    def output(self, outs: list[NotebookNode], msg: dict[str, t.Any], display_id: str | None,
+               cell_index: int) -> NotebookNode | None:
+        """nbclient's output handling, with a flooding cell's outputs bounded as they arrive (bytes per output
+        and per cell, ``trainsys.autograde.feedback.bound_outputs``), so that prints never pile up here. A
+        cell with display ids (updated by index) is left to ``TruncateOutputs`` after it ran."""
+        from trainsys.autograde.feedback import MAX_TEXT_BYTES, bound_outputs, output_size
+
+        out = super().output(outs, msg, display_id, cell_index)
+        if out is not None and (len(outs) > 64 or output_size(out) > MAX_TEXT_BYTES) \
+                and not any(cell_index in cells for cells in self._display_id_map.values()):
+            outs[:] = bound_outputs(outs)
+        return out
+
     def preprocess_cell(self, cell: NotebookNode, resources: t.Any, index: int) -> t.Any:
         source = cell.get("source", "")
         if not (self.withhold_hidden_tests and cell.get("cell_type") == "code" and "### BEGIN HIDDEN TESTS" in source):

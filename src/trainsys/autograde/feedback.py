@@ -108,8 +108,8 @@ def _text(value: Any) -> str:
     return "".join(str(v) for v in value) if isinstance(value, list) else value if isinstance(value, str) else ""
 
 
-def _size(output: dict) -> int:
-    """The bytes an (already clipped) output holds."""
+def output_size(output: dict) -> int:
+    """The characters of an output's texts and images (bytes, for the ASCII of base64 and of most output)."""
     if output.get("output_type") == "stream":
         return len(_text(output.get("text", "")))
     if output.get("output_type") == "error":
@@ -204,7 +204,7 @@ def bound_outputs(outputs: list, budget: int = MAX_CELL_OUTPUT_BYTES) -> list:
     kept, used = [], 0
     for index, output in enumerate(merged):
         output = clip_output(output)
-        size = _size(output) if isinstance(output, dict) else 0
+        size = output_size(output) if isinstance(output, dict) else 0
         if used + size > budget:
             kept.append(_note(f"{len(merged) - index} more output(s) not shown: a cell shows at most "
                               f"{budget // 1024} KiB of output"))
@@ -486,7 +486,7 @@ class SanitizeOutputs(Preprocessor):
             cost = CELL_OVERHEAD_BYTES + HTML_GROWTH * len(source)
             for output in cell.get("outputs", []):
                 images = sum(len(v) for k, v in output.get("data", {}).items() if k in ("image/png", "image/jpeg"))
-                cost += images + HTML_GROWTH * (_size(output) - images)
+                cost += images + HTML_GROWTH * (output_size(output) - images)
             if used + cost <= self.page_budget:
                 kept.append(cell)
                 used += cost
