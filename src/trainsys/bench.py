@@ -388,6 +388,14 @@ def bench_trainer() -> None:
         print(f"  metrics: {run['examples_per_second']:,.0f} examples/s; median step {median * 1e3:.2f} ms; "
               f"measured peak per worker (step 0, one at a time) {run['measured_peak_bytes_per_worker']} bytes vs "
               f"{run['measured_first_step_peak_bytes_all_workers']:,} for the whole simulated step")
+    all_on = {"num_workers": 4, "num_micro_batches": 2, "segment_size": 2, "steps": 1}
+    runs = [train({**all_on, "zero_stage": stage}) for stage in range(4)]
+    peaks = [max(run["measured_peak_bytes_per_worker"]) for run in runs]
+    print("train all-on (4 workers, M = 2, segments of 2), by ZeRO stage 0-3: busiest worker's measured peak "
+          + " / ".join(f"{p:,}" for p in peaks) + " bytes vs Lesson 39's "
+          + " / ".join(f"{run['memory_report']['total']:,.0f}" for run in runs)
+          + f"; falls stage by stage: {all(a > b for a, b in zip(peaks, peaks[1:]))}; bytes sent per step "
+          + " / ".join(f"{run['bytes_communicated_per_worker']:,}" for run in runs))
     small = {"layer_widths": [6, 16, 16, 16, 2], "n": 96, "batch": 30, "steps": 12}
     for lr in (1.0, 50.0):
         run = train({**small, "lr": lr})
