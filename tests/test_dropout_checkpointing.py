@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from trainsys.memtrain import checkpointing as ck
 from trainsys.memtrain import dropout_checkpointing as dc
 from trainsys.memtrain.measure import peak_memory_bytes
-from trainsys.tolerance import assert_within_rounding
+from trainsys.tolerance import assert_within_rounding, relu_chain_magnitudes
 
 from tests.test_m1p3_checkpointing import _net as checkpointing_net
 
@@ -154,22 +154,6 @@ def test_dropout_forward_and_backward_match_torch_dropout_given_its_mask(dtype):
     assert out.dtype == np.float32
 
 
-def _magnitudes(params, X, dY, keep, scale):
-    """The backward pass on absolute values, |dW_l| = |a_{l-1}|^T |dZ_l| and |db_l| = sum |dZ_l|: the
-    magnitude M that bounds every rounding error of the real pass (trainsys.tolerance). The ReLU gates are
-    taken open everywhere (an upper bound that needs no forward value); the dropout masks are the forward's."""
-    a = [np.abs(X).astype(np.float64)]
-    for l, q in enumerate(params):
-        z = a[-1] @ np.abs(q["W"]).astype(np.float64) + np.abs(q["b"])
-        a.append(z * keep[l] * scale if l < len(params) - 1 else z)
-    dZ, mags = np.abs(dY).astype(np.float64), []
-    for l in range(len(params) - 1, -1, -1):
-        mags.append({"W": a[l].T @ dZ, "b": dZ.sum(axis=0)})
-        if l:
-            dZ = (dZ @ np.abs(params[l]["W"]).T) * keep[l - 1] * scale
-    return mags[::-1]
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gradients_match_torch_autograd_with_the_same_masks_as_constants(dtype):
     """Within the rounding bound of the whole chain, whatever order either side's BLAS sums in.
@@ -190,7 +174,8 @@ def test_gradients_match_torch_autograd_with_the_same_masks_as_constants(dtype):
             a = torch.relu(a) * torch.tensor(cache["keep"][l] * dtype(1 / (1 - p)))  # the forward's masks
     (a * torch.tensor(dY)).sum().backward()
     k = sum(w + 2 for w in WIDTHS[:-1]) + sum(w + 1 for w in WIDTHS[1:]) + len(X)
-    mags = _magnitudes(params, X, dY, cache["keep"], 1 / (1 - p))
+    _, mags = relu_chain_magnitudes([q["W"] for q in params], [q["b"] for q in params], X, dY,
+                                    [m / (1 - p) for m in cache["keep"]])
     for l, (g, q, (W, b), m) in enumerate(zip(grads, plain, layers, mags, strict=True)):
         assert_within_rounding(g["W"], W.grad.numpy(), m["W"], k, dtype, f"dW[{l}]")
         assert_within_rounding(g["b"], b.grad.numpy(), m["b"], k, dtype, f"db[{l}]")

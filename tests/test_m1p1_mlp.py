@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from trainsys.tolerance import assert_within_rounding, gamma, relu_chain_magnitudes, rounding_bound
 from trainsys.memtrain import mlp
 
 
@@ -67,8 +68,10 @@ def test_m1_03_linear_forward_matches_torch_linear() -> None:
     lin = torch.nn.Linear(4, 3)
     with torch.no_grad():
         expected = lin(torch.from_numpy(X)).numpy()
-    got = mlp.linear_forward(X, lin.weight.detach().numpy().T.copy(), lin.bias.detach().numpy())
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    W, b = lin.weight.detach().numpy().T.copy(), lin.bias.detach().numpy()
+    got = mlp.linear_forward(X, W, b)
+    # 4 products summed and a bias added: 5 roundings in any order, relative to |X| |W| + |b| (trainsys.tolerance)
+    assert_within_rounding(got, expected, np.abs(X) @ np.abs(W) + np.abs(b), 5, np.float32, "X @ W + b")
     assert got.dtype == np.float32
 
 
@@ -100,12 +103,22 @@ def test_m1_10_mlp_backward_matches_torch_autograd(dtype) -> None:
     Y_hat, cache = mlp.mlp_forward(params, X.astype(dtype))
     loss, dY = mlp.mse_loss_and_grad(Y_hat, Y.astype(dtype))
     grads = mlp.mlp_backward(params, cache, dY)
-    t_loss, t_grads = _torch_reference(params, X, Y)
-    tol = 1e-5 if dtype == np.float32 else 1e-12
-    assert loss == pytest.approx(t_loss, rel=tol)
-    for key in mlp.PARAM_KEYS:
+    t_loss, t_grads = _torch_reference(params, X, Y)  # float64 from the same inputs: exact to ~k u64
+    # Ours is computed in dtype. The path to dW1 chains the forward (d_in + 2, d_hidden + 2 roundings), the loss
+    # gradient (2), the backward (d_out + 1) and the batch sum (n): k bounds every entry's roundings, relative to
+    # the pass on absolute values with G = 2/(n d_out) (|Y_hat| + |Y|) (trainsys.tolerance, Higham Lemma 3.3).
+    n, d_out = Y.shape
+    M_hat, _ = relu_chain_magnitudes([params["W1"], params["W2"]], [params["b1"], params["b2"]], X, np.zeros_like(Y))
+    M_G = 2 / Y.size * (M_hat + np.abs(Y))
+    _, mags = relu_chain_magnitudes([params["W1"], params["W2"]], [params["b1"], params["b2"]], X, M_G)
+    k = (5 + 2) + (8 + 2) + 2 + (d_out + 1) + n
+    # the loss: each squared error |E|^2 moves by 2|E| dE + dE^2 with dE <= gamma_k (M_hat + |Y|), then a mean
+    dE = rounding_bound(M_hat + np.abs(Y), k, dtype, implementations=1)
+    E = np.abs(Y_hat.astype(np.float64) - Y)
+    assert abs(loss - t_loss) <= float(np.mean(2 * E * dE + dE**2)) + gamma(Y.size + 2, np.float64) * t_loss
+    for key, (l, part) in zip(mlp.PARAM_KEYS, [(0, "W"), (0, "b"), (1, "W"), (1, "b")], strict=True):
         assert grads[key].dtype == dtype and grads[key].shape == params[key].shape
-        np.testing.assert_allclose(grads[key], t_grads[key], rtol=tol * 10, atol=tol)
+        assert_within_rounding(grads[key], t_grads[key], mags[l][part], k, dtype, key)
 
 
 def test_m1_10_mlp_backward_matches_central_finite_differences() -> None:
@@ -162,8 +175,10 @@ def test_m1_06_mse_matches_torch_and_reduces_over_all_entries() -> None:
     ref = torch.nn.functional.mse_loss(t, torch.tensor(Y))
     ref.backward()
     loss, grad = mlp.mse_loss_and_grad(P, Y)
-    assert loss == pytest.approx(float(ref.detach()), rel=1e-6)
-    np.testing.assert_allclose(grad, t.grad.numpy(), rtol=1e-6, atol=1e-8)
+    # torch's loss is a float32 mean of 24 squares (26 roundings with the subtraction and the division), ours a
+    # float64 one: within gamma_26 of the positive sum. The gradient 2/N (P - Y): 3 roundings of 2/N (|P| + |Y|).
+    assert abs(loss - float(ref.detach())) <= rounding_bound(loss, 26, np.float32)
+    assert_within_rounding(grad, t.grad.numpy(), 2 / P.size * (np.abs(P) + np.abs(Y)), 3, np.float32, "dY_hat")
     assert isinstance(loss, float) and grad.dtype == np.float32
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["unit_roundoff", "gamma", "rounding_bound", "within_rounding", "assert_within_rounding",
-           "reorder_tolerance"]
+           "reorder_tolerance", "relu_chain_magnitudes"]
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
@@ -120,3 +120,36 @@ def reorder_tolerance(dtype: Any, k: int, *, magnitude_over_result: float = 1.0,
     g = gamma(k, dtype)
     tiny = k * float(np.finfo(_float_dtype(dtype)).smallest_subnormal)
     return {"rtol": 2 * g * float(magnitude_over_result), "atol": 2 * (g * float(smallest_magnitude) + tiny)}
+
+
+def relu_chain_magnitudes(weights: list[np.ndarray], biases: list[np.ndarray], X: np.ndarray, G: np.ndarray,
+                          scales: list[Any] | None = None) -> tuple[np.ndarray, list[dict[str, np.ndarray]]]:
+    """The magnitudes ``M`` of a ReLU MLP's forward and backward pass: the same pass on absolute values, with
+    every ReLU gate open (an upper bound that needs no forward value), in float64.
+
+    The network is ``a_{l+1} = s_l ⊙ relu(a_l W_l + b_l)`` for the hidden layers (``s_l``: a dropout mask
+    times ``1/(1-p)``, or 1 when ``scales`` is None) and ``ŷ = a_{L-1} W_{L-1} + b_{L-1}``; ``G = ∂L/∂ŷ``
+    (``(n, d_out)``). Returns ``(M_ŷ (n, d_out), [{"W": M_dW_l, "b": M_db_l} for l = 0 … L-1])`` with
+    ``M_dW_l = |a_l|ᵀ |G_l|`` and ``|G_{l-1}| = (|G_l| |W_l|ᵀ) ⊙ |s_{l-1}|``. Compare two correct passes
+    with :func:`assert_within_rounding` and ``k`` the summation lengths along the path added up (Higham,
+    Lemma 3.3): ``Σ (d_l + 2)`` over the forward layers, ``Σ (d_{l+1} + 1)`` over the backward, plus ``n``.
+    """
+    L = len(weights)
+    if len(biases) != L or L < 1:
+        raise ValueError(f"weights and biases must be two lists of the same length >= 1, got {L} and {len(biases)}")
+    if scales is not None and len(scales) != L - 1:
+        raise ValueError(f"scales must hold one entry per hidden layer ({L - 1}), got {len(scales)}")
+    absW = [np.abs(np.asarray(W, np.float64)) for W in weights]
+    acts = [np.abs(np.asarray(X, np.float64))]  # acts[l] = M of a_l, (n, d_l)
+    for l in range(L):
+        z = acts[-1] @ absW[l] + np.abs(np.asarray(biases[l], np.float64))
+        if l < L - 1:
+            z = z * (1.0 if scales is None else np.abs(np.asarray(scales[l], np.float64)))
+        acts.append(z)
+    g = np.abs(np.asarray(G, np.float64))
+    grads: list[dict[str, np.ndarray]] = [{} for _ in range(L)]
+    for l in range(L - 1, -1, -1):
+        grads[l] = {"W": acts[l].T @ g, "b": g.sum(axis=0)}
+        if l:
+            g = g @ absW[l].T * (1.0 if scales is None else np.abs(np.asarray(scales[l - 1], np.float64)))
+    return acts[-1], grads
