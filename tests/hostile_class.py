@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import site
 from collections.abc import Callable
@@ -390,6 +391,45 @@ for folder in ("/tmp", os.path.expanduser("~"), "/dev/shm"):
             os.remove(os.path.join(folder, name))
 '''
 
+# Memory fan-outs (issue 23): processes of 0.8 GB each, every page written, held for 3 s. Six pass the
+# grading run's per-sandbox cap (tests/test_hostile_class.py: --sandbox-memory-mb 2560); @N@ more than the
+# machine's memory. Run with a wrong answer: its points are 0 whether the cap ends children or the answer.
+MEMORY_FAN_OUT = PRELUDE + '''
+def fan_out(n, mib=800):
+    children = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            held = [b"x" * (50 * 2**20) for _ in range(mib // 50)]
+            time.sleep(3)
+            os._exit(0)
+        children.append(pid)
+    return f"{sum(os.WIFSIGNALED(os.waitpid(pid, 0)[1]) for pid in children)} of {n} stopped by a signal"
+attempt("@N@ processes of 0.8 GB", lambda: fan_out(@N@))
+'''
+
+
+# The package's reference relu_forward by five routes that no pattern on the answer's text catches (issue 23);
+# the re-check's sandbox withholds it, so each scores as a wrong answer and is flagged. (linear_forward comes
+# from the lesson's setup cell, out of the same module.)
+REFERENCE_ROUTES = {
+    "reference_importlib": "import importlib\n"
+                           "relu_forward = importlib.import_module('trainsys.memtrain' + '.mlp').relu_forward\n",
+    "reference_sys_modules": "import sys\nrelu_forward = next(m.relu_forward for n, m in list(sys.modules.items())\n"
+                             "                    if n.endswith('.mlp') and hasattr(m, 'relu_forward'))\n",
+    "reference_globals": "relu_forward = linear_forward.__globals__['relu' + '_forward']\n",
+    "reference_getsource": "import inspect\n_ns = {}\nexec(inspect.getsource(inspect.getmodule(linear_forward)), _ns)\n"
+                           "relu_forward = _ns['relu_forward']\n",
+    "reference_file": "_ns = {}\nexec(open(linear_forward.__code__.co_filename).read(), _ns)\n"
+                      "relu_forward = _ns['relu_forward']\n",
+}
+
+
+def machine_fan_out() -> int:
+    """Processes of 0.8 GB that would hold more than this machine's memory if nothing capped them."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 0.8e9) + 2
+
+
 # The channel attacks aim at the re-check's process (in the kernel there is no channel to break).
 FIND_CHANNEL = '''
 import os, sys, fcntl
@@ -669,6 +709,12 @@ def students() -> list[Student]:
                 ["1 GiB files in /tmp, home and /dev/shm", "1 GiB into the kernel's socket folder (the grader's disk)",
                  "allocate memory until refused", "one 64 GiB allocation",
                  "8 GB down each of the kernel's stdout and stderr (the grader's pipes)"]),
+        Student("memory_fan_out", "outlive", WRONG + MEMORY_FAN_OUT.replace("@N@", "6"), zero,
+                ["six processes of 0.8 GB in one sandbox (past its memory cap)"], flags=["memory limit"]),
+        Student("memory_flood", "outlive", WRONG + MEMORY_FAN_OUT.replace("@N@", str(machine_fan_out())), zero,
+                [f"{machine_fan_out()} processes of 0.8 GB (more than the machine's memory)"], flags=["memory limit"]),
+        *[Student(name, "reference", answer, zero, [f"the reference by {name.split('_', 1)[1]}"],
+                  flags=["withheld while grading"]) for name, answer in REFERENCE_ROUTES.items()],
         # the re-check's channel
         Student("channel_garbage", "channel", relu + CHANNEL_GARBAGE, zero,
                 ["a pickle and garbage on fd 1 and /proc/self/fd/1, at import time and during the call (in the "

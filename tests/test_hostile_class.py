@@ -65,7 +65,7 @@ PEAK_RSS = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]
 def _grade(course: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     command = [str(BIN / "python"), "-c", PEAK_RSS, str(course / "peak_rss_kib"), str(BIN / "python"), "-m",
                "trainsys.autograde", "--course", str(course), "--jobs", "2", "--timeout", "5",
-               "--memory-limit-mb", "4096", *extra]
+               "--memory-limit-mb", "4096", "--sandbox-memory-mb", "2560", *extra]
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     run = subprocess.run(command, env=full_env, capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

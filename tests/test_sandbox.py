@@ -383,11 +383,12 @@ def test_an_object_returned_twice_is_one_object_and_legacy_generators_cross() ->
 
 @pytest.mark.skipif(os.geteuid() != 0 or not sb.Cgroup.ROOTS["cpu"].is_dir(), reason="cgroups need root and v1")
 def test_each_sandbox_gets_its_own_cgroups_and_they_go_with_it() -> None:
-    student = _student("def f(x):\n    return x\n")
+    student = StudentProcess(["def f(x):\n    return x\n"], "f", timeout=30, sandbox=SandboxConfig(memory=2**30))
     try:
         paths = list(student.cgroup.paths)
         assert {p.parent for p in paths} == set(sb.Cgroup.ROOTS.values())
         assert (paths[1] / "pids.max").read_text().strip() == str(SandboxConfig().processes)
+        assert (student.cgroup.controllers["memory"] / "memory.limit_in_bytes").read_text().strip() == str(2**30)
         members = (paths[0] / "cgroup.procs").read_text().split()
         assert str(student.main_pid()) in members, "the student's process must run in its sandbox's cgroup"
     finally:

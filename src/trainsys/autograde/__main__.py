@@ -65,7 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel students (default: cores)")
     parser.add_argument("--timeout", type=int, default=30, help="seconds a cell may run (default: 30)")
-    parser.add_argument("--memory-limit-mb", type=int, default=6144, help="address space per grading process")
+    parser.add_argument("--memory-limit-mb", type=int, default=6144,
+                        help="address space of each process in a sandbox (default: 6144)")
+    parser.add_argument("--sandbox-memory-mb", type=int, default=None,
+                        help="memory of all of one sandbox's processes together (default: 3/4 of the machine's "
+                             "memory shared by --jobs, at most --memory-limit-mb, at least 1024)")
+    parser.add_argument("--grader-memory-mb", type=int, default=3072,
+                        help="address space of each trusted grading process: nbgrader, the re-check (default: 3072)")
     parser.add_argument("--db-url", default=os.environ.get("NBGRADER_DB_URL"), help="gradebook (default: SQLite)")
     parser.add_argument("--force", action="store_true", help="regrade jobs already complete")
     parser.add_argument("--no-feedback", action="store_true", help="skip nbgrader generate_feedback")
@@ -73,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="run student code without the OS sandbox (unsafe: for trusted code only)")
     args = parser.parse_args(argv)
     for name, value, minimum in (("--jobs", args.jobs, 1), ("--timeout", args.timeout, 1),
-                                 ("--memory-limit-mb", args.memory_limit_mb, 512)):
+                                 ("--memory-limit-mb", args.memory_limit_mb, 512),
+                                 ("--sandbox-memory-mb", 256 if args.sandbox_memory_mb is None else args.sandbox_memory_mb, 256),
+                                 ("--grader-memory-mb", args.grader_memory_mb, 1024)):
         if value < minimum:
             parser.error(f"{name} must be at least {minimum}, got {value}")
     for assignment in args.assignment or []:
@@ -93,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     options = Options(course=course, jobs=args.jobs, timeout=args.timeout, memory_limit_mb=args.memory_limit_mb,
-                      force=args.force, db_url=args.db_url, sandbox=not args.no_sandbox)
+                      force=args.force, db_url=args.db_url, sandbox=not args.no_sandbox,
+                      sandbox_memory_mb=args.sandbox_memory_mb, grader_memory_mb=args.grader_memory_mb)
     skipped = survey(course, args.assignment).skipped
     write_report(skipped, course / "reports" / "intake.csv")
     for item in skipped:

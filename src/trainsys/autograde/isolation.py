@@ -34,7 +34,15 @@ from typing import Any
 import numpy as np
 
 from trainsys.autograde import wire
-from trainsys.autograde.sandbox import MEASURABLE_MALLOC, Cgroup, SandboxConfig, wrap
+from trainsys.autograde.sandbox import (
+    MEASURABLE_MALLOC,
+    Cgroup,
+    SandboxConfig,
+    describe_limit,
+    limit_from_exit,
+    memory_cap,
+    wrap,
+)
 from trainsys.autograde.wire import Alias, Kept, Same, View, WireError
 
 GUARDED_MODULES = ("numpy", "numpy.testing", "trainsys.grading", "trainsys.grading._harness", "builtins")
@@ -472,6 +480,8 @@ class StudentProcess:
         command = [sys.executable, "-I", "-c", "from trainsys.autograde.isolation import _child_main; _child_main()"]
         preexec = None
         self.cgroup = None
+        self.memory_cap = None
+        self.reached: set[str] = set()
         if sandbox is not None:
             self.cgroup = Cgroup(sandbox)
             command = wrap(command, sandbox, cgroup=self.cgroup, env=MEASURABLE_MALLOC)
@@ -485,6 +495,8 @@ class StudentProcess:
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, preexec_fn=preexec, env=env,
                                         start_new_session=True)
+        if sandbox is not None:
+            self.memory_cap = memory_cap(sandbox, self.cgroup, self.process.pid)
         try:
             wire.send(self.process.stdin, {"cells": list(cells), "name": name})
         except (BrokenPipeError, OSError) as exc:
@@ -517,8 +529,8 @@ class StudentProcess:
             self.close()
             error = box["error"]
             if isinstance(error, EOFError):
-                raise IsolationUnavailable("the student's process ended without answering")
-            raise IsolationUnavailable(f"the student's process sent an invalid message: {error}")
+                raise IsolationUnavailable("the student's process ended without answering" + self.limits_note())
+            raise IsolationUnavailable(f"the student's process sent an invalid message: {error}" + self.limits_note())
         return box["reply"]
 
     def _send(self, value: Any) -> None:
@@ -607,12 +619,25 @@ class StudentProcess:
             self.close()
             raise IsolationUnavailable(f"the student's process sent an invalid reply: {exc}") from None
 
+    def limits_note(self) -> str:
+        """``": it reached the sandbox's … limit"`` for the limits the sandbox hit (else empty)."""
+        if not self.reached or self.sandbox is None:
+            return ""
+        return ": it reached " + " and ".join(describe_limit(limit, self.sandbox) for limit in sorted(self.reached))
+
     def close(self) -> None:
-        if self.process.poll() is None:
+        ended = self.process.poll()
+        if ended is None:
             self.process.kill()
         self.process.wait()
+        if self.memory_cap is not None:
+            self.memory_cap.stop()
+            self.reached |= {"memory"} if self.memory_cap.reached else set()
         if self.cgroup is not None:
             self.cgroup.remove()
+            self.reached |= self.cgroup.reached
+        if (limit := limit_from_exit(ended)) is not None:
+            self.reached.add(limit)
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()

@@ -26,14 +26,17 @@ manager that nbgrader's executor uses to start sandboxed kernels (``trainsys.exe
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -67,8 +70,11 @@ class SandboxConfig:
     file_size: int = 256 * 2**20  # RLIMIT_FSIZE: the largest file it may write
     cpu_seconds: int = 1800  # RLIMIT_CPU per process
     tmpfs_size: int = 512 * 2**20  # each private tmpfs (home, /tmp, /dev/shm)
+    memory: int = 0  # resident memory of all the sandbox's processes together (0: no cap); see MemoryCap
+    oom_score_adj: int = 1000  # the kernel's OOM killer picks the sandbox's processes first
     slot: int = 0  # grading slot: picks the sandbox uid when the grader is root
     extra_ro: tuple[str, ...] = field(default_factory=tuple)  # more read-only binds (tests)
+    withheld: tuple[str, ...] = field(default_factory=tuple)  # package functions replaced by stubs: withheld_view
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -81,8 +87,12 @@ class SandboxConfig:
             return None
         if not value:
             return cls()
-        data = json.loads(value)
-        data["extra_ro"] = tuple(data.get("extra_ro", ()))
+        return cls.from_dict(json.loads(value))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SandboxConfig:
+        """The configuration :func:`dataclasses.asdict` (or :meth:`to_env`) wrote (lists become tuples)."""
+        data = {**data, "extra_ro": tuple(data.get("extra_ro", ())), "withheld": tuple(data.get("withheld", ()))}
         return cls(**data)
 
     @property
@@ -158,6 +168,8 @@ def wrap(command: list[str], config: SandboxConfig, *, rw: tuple[str, ...] = (),
     made: set[str] = set()
     for folder in (*_python_paths(), str(SRC), *config.extra_ro):
         args += _parents(folder, made) + ["--ro-bind", folder, folder]
+    for view, folder in withheld_view(config.withheld):  # over the package's own folders
+        args += ["--ro-bind", view, folder]
     for folder in rw:
         args += _parents(folder, made) + ["--bind", folder, folder]
     inner_env = {"HOME": "/home/student", "USER": "student", "LOGNAME": "student", "PATH": "/usr/bin:/bin",
@@ -170,7 +182,15 @@ def wrap(command: list[str], config: SandboxConfig, *, rw: tuple[str, ...] = (),
     if uid is not None:  # no capabilities, no way back up (setuid binaries are ignored), another user
         args += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-    return [*(cgroup.join_command() if cgroup else []), *args, *_prlimit(config), *command]
+    return [*_prefix(config, cgroup), *args, *_prlimit(config), *command]
+
+
+def _prefix(config: SandboxConfig, cgroup: Cgroup | None) -> list[str]:
+    """A shell (run by the grader, before bwrap) that makes itself, and so everything the sandbox will run,
+    the OOM killer's first pick, joins the sandbox's cgroups, then execs bwrap."""
+    statements = [f"echo {int(config.oom_score_adj)} > /proc/self/oom_score_adj"]
+    statements += cgroup.join_statements() if cgroup else []
+    return ["/bin/sh", "-c", "; ".join(statements) + '; exec "$@"', "trainsys-sandbox"]
 
 
 class Cgroup:
@@ -179,37 +199,73 @@ class Cgroup:
     - ``cpu``: every sandbox gets the same CPU share however many processes it runs, so a student's
       hundred busy processes slow their own grading, not the classmate graded next to them;
     - ``pids``: at most ``config.processes`` tasks, counted per sandbox (RLIMIT_NPROC counts per user,
-      and a user may be shared by two grading runs on one machine).
+      and a user may be shared by two grading runs on one machine);
+    - ``memory``: at most ``config.memory`` bytes for all its processes together (when set); past it
+      the kernel's OOM killer ends one of them.
 
     Best effort: where cgroups cannot be made (no root, cgroup v2 without delegation), the rlimits
-    alone apply. :meth:`remove` deletes the groups once the sandbox has ended.
+    alone apply, and :class:`MemoryCap` enforces the memory cap. :meth:`remove` deletes the groups once
+    the sandbox has ended (after noting in :attr:`reached` which limits were hit).
     """
 
-    ROOTS = {"cpu": Path("/sys/fs/cgroup/cpu"), "pids": Path("/sys/fs/cgroup/pids")}
+    ROOTS = {"cpu": Path("/sys/fs/cgroup/cpu"), "pids": Path("/sys/fs/cgroup/pids"),
+             "memory": Path("/sys/fs/cgroup/memory")}
 
     def __init__(self, config: SandboxConfig) -> None:
         self.paths: list[Path] = []
+        self.controllers: dict[str, Path] = {}
+        self.reached: set[str] = set()
         if os.geteuid() != 0:
             return
         name = f"trainsys-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         for controller, root in self.ROOTS.items():
+            if controller == "memory" and not config.memory:
+                continue
             path = root / name
             try:
                 path.mkdir()
-                if controller == "pids":
-                    (path / "pids.max").write_text(str(config.processes))
-                self.paths.append(path)
             except OSError:
                 continue
+            try:
+                if controller == "pids":
+                    (path / "pids.max").write_text(str(config.processes))
+                if controller == "memory":
+                    (path / "memory.limit_in_bytes").write_text(str(config.memory))
+                    with contextlib.suppress(OSError):  # without swap accounting there is no such file
+                        (path / "memory.memsw.limit_in_bytes").write_text(str(config.memory))
+            except OSError:
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+                continue
+            self.paths.append(path)
+            self.controllers[controller] = path
 
-    def join_command(self) -> list[str]:
-        """A shell prefix (run by the grader, before bwrap) that moves itself into the groups, then execs."""
-        if not self.paths:
-            return []
-        writes = "; ".join(f"echo $$ > {path / 'cgroup.procs'}" for path in self.paths)
-        return ["/bin/sh", "-c", f'{writes}; exec "$@"', "trainsys-cgroup"]
+    @property
+    def caps_memory(self) -> bool:
+        """Whether the kernel enforces the sandbox's memory cap (else :class:`MemoryCap` must)."""
+        return "memory" in self.controllers
+
+    def join_statements(self) -> list[str]:
+        """Shell statements that move the shell running them into the groups."""
+        return [f"echo $$ > {path / 'cgroup.procs'}" for path in self.paths]
+
+    def limits_reached(self) -> set[str]:
+        """The limits the sandbox's processes have hit so far: ``"memory"`` (the OOM killer ended one),
+        ``"processes"`` (a fork was refused)."""
+        reached = set(self.reached)
+        counters = (("memory", "memory.oom_control", "oom_kill"), ("processes", "pids.events", "max"))
+        for limit, filename, key in counters:
+            path = self.controllers.get("memory" if limit == "memory" else "pids")
+            try:
+                lines = (path / filename).read_text().splitlines() if path is not None else []
+            except OSError:
+                continue
+            if any(line.split()[:1] == [key] and int(line.split()[1]) > 0 for line in lines if len(line.split()) == 2):
+                reached.add(limit)
+        return reached
 
     def remove(self) -> None:
+        self.reached = self.limits_reached()
         for path in self.paths:
             for _ in range(50):  # the namespace's last processes may take a moment to go
                 try:
@@ -220,6 +276,186 @@ class Cgroup:
                 except OSError:
                     time.sleep(0.02)
         self.paths = []
+        self.controllers = {}
+
+
+class MemoryCap(threading.Thread):
+    """Where no memory cgroup can be made: the sandbox's memory cap, enforced from outside.
+
+    Every ``interval`` seconds it sums the proportional set size (``Pss``: shared pages split between
+    the processes sharing them, so forks of one process are not counted twice) of every process in the
+    tree under ``pid`` — read from ``/proc``, out of the student's reach — and kills the whole tree
+    when the sum exceeds ``limit`` bytes. Between two looks the tree can grow by what it allocates in
+    ``interval`` seconds; the OOM score (``oom_score_adj``) makes the kernel pick it first meanwhile.
+    """
+
+    def __init__(self, pid: int, limit: int, interval: float = 0.05) -> None:
+        super().__init__(daemon=True, name=f"memory-cap-{pid}")
+        self.pid, self.limit, self.interval = pid, limit, interval
+        self.reached = False
+        self.peak = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            tree = process_tree(self.pid)
+            if not tree:
+                return
+            total = sum(map(_proportional_size, tree))
+            self.peak = max(self.peak, total)
+            if total > self.limit:
+                self.reached = True
+                for pid in tree:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants alive now (from ``/proc/<pid>/task/*/children``)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        found.append(current)
+        for task in tasks:
+            try:
+                todo += [int(c) for c in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def _proportional_size(pid: int) -> int:
+    """Bytes of memory ``pid`` holds: its ``Pss`` (else its resident set); 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def memory_cap(config: SandboxConfig, cgroup: Cgroup | None, pid: int) -> MemoryCap | None:
+    """A started :class:`MemoryCap` on the tree under ``pid`` when ``config`` caps memory and no cgroup does."""
+    if not config.memory or (cgroup is not None and cgroup.caps_memory):
+        return None
+    cap = MemoryCap(pid, config.memory)
+    cap.start()
+    return cap
+
+
+def describe_limit(limit: str, config: SandboxConfig) -> str:
+    """A sentence for the student and the instructor: which sandbox limit the student's code reached."""
+    mib = 2**20
+    return {
+        "memory": f"the sandbox's memory limit ({config.memory / 2**30:.1f} GiB for all its processes together)",
+        "address space": f"the sandbox's memory limit per process ({config.address_space / 2**30:.1f} GiB of "
+                         "address space)",
+        "processes": f"the sandbox's limit of {config.processes} processes and threads",
+        "disk": f"the sandbox's temporary disk ({config.tmpfs_size // mib} MiB)",
+        "file size": f"the sandbox's largest file ({config.file_size // mib} MiB)",
+        "cpu": f"the sandbox's CPU time per process ({config.cpu_seconds} s)",
+    }[limit]
+
+
+def limit_from_exit(returncode: int | None) -> str | None:
+    """The limit a sandbox's exit status shows (bwrap exits with 128 + the signal that ended its child)."""
+    if returncode is None:
+        return None
+    signum = returncode - 128 if returncode > 128 else -returncode if returncode < 0 else 0
+    return {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file size"}.get(signum)
+
+
+def limit_from_message(message: str) -> str | None:
+    """The limit an error message from the student's code shows (``errno`` texts of the rlimits and tmpfs)."""
+    patterns = (("[Errno 28]", "disk"), ("No space left on device", "disk"), ("[Errno 27]", "file size"),
+                ("File too large", "file size"), ("[Errno 11] Resource temporarily unavailable", "processes"),
+                ("can't start new thread", "processes"), ("MemoryError", "address space"),
+                ("Cannot allocate memory", "address space"))
+    return next((limit for text, limit in patterns if text in message), None)
+
+
+WITHHELD = "withheld while grading"
+_VIEWS: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+_VIEW_LOCK = threading.Lock()
+
+
+def withheld_view(names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The sandbox's view of the package with the functions ``names`` withheld: ``(copy, package folder)``
+    pairs to bind read-only over the package.
+
+    Each package folder whose modules define one of ``names`` at top level is copied (modification times
+    kept, so the bytecode of the other modules stays valid) with those definitions replaced by a stub
+    that raises ``RuntimeError(... withheld while grading ...)``, and without the bytecode of the changed
+    modules. In the sandbox no import, attribute, ``sys.modules`` entry, function ``__globals__``,
+    ``inspect.getsource`` or file read reaches the real function: its code is not in the sandbox.
+    Made once per process and set of names, in a private folder removed when the process exits.
+    """
+    names = tuple(sorted(set(names)))
+    if not names:
+        return []
+    with _VIEW_LOCK:
+        if names not in _VIEWS:
+            _VIEWS[names] = _make_view(names)
+        return _VIEWS[names]
+
+
+def _make_view(names: tuple[str, ...]) -> list[tuple[str, str]]:
+    import ast
+    import atexit
+
+    package = SRC / "trainsys"
+    changed: dict[Path, str] = {}
+    for module in sorted(package.rglob("*.py")):
+        text = module.read_text()
+        if not any(f"def {name}" in text for name in names):
+            continue
+        lines = text.splitlines(keepends=True)
+        nodes = [n for n in ast.parse(text).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name in names]
+        for node in sorted(nodes, key=lambda n: n.lineno, reverse=True):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            dotted = ".".join(module.relative_to(SRC).with_suffix("").parts)
+            message = (f"{dotted}.{node.name} is {WITHHELD}: an answer must not use the package's reference "
+                       "implementation")
+            stub = f"def {node.name}(*args, **kwargs):  # {WITHHELD}\n    raise RuntimeError({message!r})\n"
+            lines[start:node.end_lineno] = [stub]
+        if nodes:
+            changed[module] = "".join(lines)
+    if not changed:
+        return []
+    folders = sorted({m.parent for m in changed})
+    folders = [f for f in folders if not any(f != g and f.is_relative_to(g) for g in folders)]  # outermost only
+    root = Path(tempfile.mkdtemp(prefix="trainsys-view-"))
+    atexit.register(shutil.rmtree, root, True)
+    pairs = []
+    for index, folder in enumerate(folders):
+        copy = root / str(index)
+        stale = {m.stem for m in changed if m.is_relative_to(folder)}
+
+        def ignore(directory: str, entries: list[str], stale: set[str] = stale) -> set[str]:
+            if Path(directory).name != "__pycache__":
+                return set()
+            return {e for e in entries if e.split(".")[0] in stale}
+
+        shutil.copytree(folder, copy, ignore=ignore)
+        for module, text in changed.items():
+            if module.is_relative_to(folder):
+                target = copy / module.relative_to(folder)
+                target.write_text(text)
+                os.chmod(target, 0o644)
+        pairs.append((str(copy), str(folder)))
+    return pairs
 
 
 def _parents(folder: str, made: set[str]) -> list[str]:
@@ -304,6 +540,7 @@ class SandboxKernelManager(AsyncKernelManager):
         super().__init__(**kwargs)
         self.sandbox = SandboxConfig.from_env() or SandboxConfig()
         self.cgroup = Cgroup(self.sandbox)
+        self.memory_cap: MemoryCap | None = None
         self.sandbox_folder = private_folder(self.sandbox, "tsk-")
         self.transport = "ipc"
         self.ip = os.path.join(self.sandbox_folder, "k")
@@ -331,6 +568,9 @@ class SandboxKernelManager(AsyncKernelManager):
         seal_folder(self.sandbox, self.sandbox_folder, writable=True)
         try:
             await AsyncKernelManager._launch_kernel(self, kernel_cmd, **kw)
+            process = getattr(self.provisioner, "process", None)
+            if process is not None:
+                self.memory_cap = memory_cap(self.sandbox, self.cgroup, process.pid)
             await self._sockets_bound()
         finally:
             seal_folder(self.sandbox, self.sandbox_folder)
@@ -350,6 +590,9 @@ class SandboxKernelManager(AsyncKernelManager):
 
     async def cleanup_resources(self, restart: bool = False) -> None:  # type: ignore[override]
         await AsyncKernelManager.cleanup_resources(self, restart=restart)
+        if self.memory_cap is not None:
+            self.memory_cap.stop()
+            self.memory_cap = None
         if not restart:
             shutil.rmtree(self.sandbox_folder, ignore_errors=True)
             self.cgroup.remove()

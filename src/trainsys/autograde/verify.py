@@ -22,6 +22,7 @@ answer in time even when retried once with a longer limit).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -34,7 +35,7 @@ from typing import Any
 import nbformat
 
 from trainsys.autograde.isolation import IsolationTimeout, IsolationUnavailable, StudentProcess, ipython_to_python
-from trainsys.autograde.sandbox import SandboxConfig
+from trainsys.autograde.sandbox import WITHHELD, SandboxConfig, describe_limit, limit_from_message
 
 CHECK_CALL = re.compile(r"check_(\w+)\((\w+)\)")
 REFERENCE_IMPORT = re.compile(r"\b(?:from|import)\s+trainsys\.(?:memtrain|diloco|fedavg)\b|\btrainsys\.(?:memtrain|diloco|fedavg)\.")
@@ -151,6 +152,7 @@ def verify_notebook(stem: str, lesson: Lesson, cells: list[str], timeout: float,
     verdicts = []
     limits = [timeout, 2 * timeout]
     student: StudentProcess | None = None
+    started: list[StudentProcess] = []
     try:
         for cell_id, run in ((lesson.visible_id, _run_visible), (lesson.hidden_id, _run_hidden)):
             verdict = None
@@ -163,6 +165,7 @@ def verify_notebook(stem: str, lesson: Lesson, cells: list[str], timeout: float,
                     if student is None:
                         student = StudentProcess([lesson.setup, *cells], lesson.function, timeout=limit,
                                                  sandbox=sandbox)
+                        started.append(student)
                         tampered = student.status["tampered"]
                         if tampered and notes is not None and not any(n.startswith(f"{stem}.ipynb: the answer replaced")
                                                                       for n in notes):
@@ -188,17 +191,34 @@ def verify_notebook(stem: str, lesson: Lesson, cells: list[str], timeout: float,
                     break
             if verdict.status == "unconfirmed" and "did not answer" in verdict.message:
                 limits = [2 * timeout]
-            verdicts.append(verdict)
+            verdicts.append(_name_the_limit(verdict, sandbox))
     finally:
         if student is not None:
             student.close()
+    reached = set().union(*(p.reached for p in started))
+    if reached and sandbox is not None:  # a limit hit without ending the answer (a child killed, a fork refused)
+        note = "the student's code reached " + " and ".join(describe_limit(r, sandbox) for r in sorted(reached))
+        for verdict in verdicts:
+            if verdict.status != "passed" and "reached the sandbox's" not in verdict.message:
+                verdict.message += f" ({note})"
+        if notes is not None:
+            notes.append(f"{stem}.ipynb: {note}")
     return verdicts
+
+
+def _name_the_limit(verdict: Verdict, sandbox: SandboxConfig | None) -> Verdict:
+    """A failed verdict whose error is a sandbox limit's (no space left, a refused fork, …) says which."""
+    if verdict.status == "passed" or sandbox is None or "reached the sandbox's" in verdict.message:
+        return verdict
+    limit = limit_from_message(verdict.message)
+    if limit is not None:
+        verdict.message += f" (the student's code reached {describe_limit(limit, sandbox)})"
+    return verdict
 
 
 def verify(request: dict) -> dict:
     """All verdicts for one student's assignment; ``request`` as written by the grading command."""
-    sandbox = None if request.get("sandbox") is None else SandboxConfig(**{
-        **request["sandbox"], "extra_ro": tuple(request["sandbox"].get("extra_ro", ()))})
+    sandbox = None if request.get("sandbox") is None else SandboxConfig.from_dict(request["sandbox"])
     verdicts: list[Verdict] = []
     notes: list[str] = []
     for source in map(Path, request["sources"]):
@@ -217,7 +237,13 @@ def verify(request: dict) -> dict:
             notes.append(f"{source.name}: the answer cell had lost its nbgrader metadata; found by its cell id")
         if any(REFERENCE_IMPORT.search(cell) for cell in cells):
             notes.append(f"{source.name}: the answer uses the reference implementation from trainsys")
-        verdicts += verify_notebook(source.stem, lesson, cells, float(request["timeout"]), sandbox, notes)
+        # The graded function's reference is withheld from the sandbox (the trusted checks here keep it).
+        withheld = None if sandbox is None else dataclasses.replace(sandbox, withheld=(lesson.function,))
+        found = verify_notebook(source.stem, lesson, cells, float(request["timeout"]), withheld, notes)
+        if any(WITHHELD in v.message for v in found):
+            notes.append(f"{source.name}: the answer calls the package's {lesson.function} (the reference "
+                         f"implementation, {WITHHELD})")
+        verdicts += found
     return {"verdicts": [asdict(v) for v in verdicts], "notes": notes}
 
 

@@ -1,0 +1,135 @@
+"""Memory: no student can take the grader, a classmate or the machine down (issue 23).
+
+The sandbox's processes are the kernel OOM killer's first pick; all of one sandbox's processes together
+are capped (a memory cgroup where the grader may make one, else :class:`~trainsys.autograde.sandbox.MemoryCap`
+summing their memory from /proc); the trusted processes run under an address-space limit of their own
+that the sandboxes below them do not inherit. Scaled down: caps of a few hundred MiB, children of 100 MiB.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from trainsys.autograde import sandbox as sb
+from trainsys.autograde.isolation import IsolationUnavailable, StudentProcess
+from trainsys.autograde.runner import _limit_memory, sandbox_memory_default
+from trainsys.autograde.sandbox import SandboxConfig, wrap
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")
+MIB = 2**20
+
+# Forks ``n`` children that each fill ``mib`` MiB (10 MiB at a time, every page written) and hold it for a
+# moment; returns how many of them a signal ended (the OOM killer's SIGKILL).
+FAN_OUT = '''
+import os, time
+def fan_out(n, mib):
+    children = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            held = [b"x" * (10 * 2**20) for _ in range(mib // 10)]
+            time.sleep(1.0)
+            os._exit(0)
+        children.append(pid)
+    return sum(os.WIFSIGNALED(os.waitpid(pid, 0)[1]) for pid in children)
+'''
+
+
+def _memory_cgroups() -> bool:
+    return sb.Cgroup(SandboxConfig(memory=64 * MIB)).caps_memory
+
+
+def test_the_sandbox_is_the_oom_killers_first_pick() -> None:
+    code = ("import os\nprint(open('/proc/self/oom_score_adj').read().strip())\n"
+            "try:\n    os.write(os.open('/proc/self/oom_score_adj', os.O_WRONLY), b'-1000')\n"
+            "except OSError:\n    pass\n"
+            "print(open('/proc/self/oom_score_adj').read().strip())\n")
+    run = subprocess.run(wrap([sys.executable, "-I", "-c", code], SandboxConfig()), capture_output=True, text=True,
+                         timeout=60)
+    assert run.stdout.split() == ["1000", "1000"], "the sandbox must not be able to lower its OOM score: " + run.stdout
+
+
+@pytest.mark.skipif(not _memory_cgroups(), reason="memory cgroups need root and cgroup v1 here")
+def test_a_fan_out_is_held_to_the_sandboxs_cap_by_its_memory_cgroup() -> None:
+    """Six children of 100 MiB under a 300 MiB cap: the OOM killer ends children (the largest), the
+    sandbox's memory never passes the cap, and the student process learns which limit it reached."""
+    with StudentProcess([FAN_OUT], "fan_out", timeout=60, sandbox=SandboxConfig(memory=300 * MIB)) as student:
+        memory = student.cgroup.controllers["memory"]
+        killed = student.function(6, 100)
+        peak = int((memory / "memory.max_usage_in_bytes").read_text())
+    assert killed >= 1, "no child was stopped"
+    assert peak <= 300 * MIB, peak
+    assert "memory" in student.reached
+    assert "memory limit (0.3 GiB for all its processes together)" in student.limits_note()
+
+
+def test_without_a_cgroup_the_memory_cap_kills_the_whole_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sb.Cgroup, "ROOTS", {k: v for k, v in sb.Cgroup.ROOTS.items() if k != "memory"})
+    with StudentProcess([FAN_OUT], "fan_out", timeout=60, sandbox=SandboxConfig(memory=300 * MIB)) as student:
+        assert student.memory_cap is not None
+        with pytest.raises(IsolationUnavailable, match=r"memory limit \(0\.3 GiB for all its processes"):
+            student.function(6, 100)
+        assert student.memory_cap.reached
+    assert student.process.poll() is not None and not sb.process_tree(student.process.pid)
+
+
+def test_an_honest_answer_well_under_the_cap_is_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sb.Cgroup, "ROOTS", {k: v for k, v in sb.Cgroup.ROOTS.items() if k != "memory"})
+    with StudentProcess([FAN_OUT], "fan_out", timeout=60, sandbox=SandboxConfig(memory=1024 * MIB)) as student:
+        assert student.function(2, 50) == 0
+        assert 0 < student.memory_cap.peak < 1024 * MIB
+    assert not student.reached
+
+
+def test_trusted_processes_are_capped_but_their_sandboxes_get_their_own_limit() -> None:
+    """nbgrader and the verifier run with a soft 1 GiB address-space limit here: a 2 GiB allocation in
+    them fails, while a sandbox they start gets its own (larger) limit from prlimit."""
+    inner = wrap([sys.executable, "-I", "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"],
+                 SandboxConfig(address_space=3 * 2**30))
+    code = ("import subprocess, sys\n"
+            "try:\n    bytearray(2 * 2**30)\n    print('allocated')\nexcept MemoryError:\n    print('refused')\n"
+            f"print(subprocess.run({inner!r}, capture_output=True, text=True).stdout.strip())\n")
+    run = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60,
+                         preexec_fn=_limit_memory(2**30, soft_only=True))
+    assert run.stdout.split() == ["refused", str(3 * 2**30)], run.stdout + run.stderr
+
+
+def test_the_default_cap_shares_the_machine_between_the_jobs() -> None:
+    assert sandbox_memory_default(2, 6144, total_mb=24 * 1024) == 6144  # 9 GiB each, capped per process
+    assert sandbox_memory_default(8, 6144, total_mb=24 * 1024) == 2304  # 18 GiB / 8
+    assert sandbox_memory_default(64, 6144, total_mb=8 * 1024) == 1024  # never below what a torch kernel needs
+
+
+def test_a_student_who_hits_a_limit_reads_which() -> None:
+    """A full private /tmp (an 8 MiB tmpfs here) fails the visible tests; the verdict names the limit."""
+    from tests.hostile_class import ASSIGNMENT, STEM, solution
+    from trainsys.autograde.verify import read_lesson, verify_notebook
+    from trainsys.course import REPO
+
+    lesson = read_lesson(REPO / "solutions" / ASSIGNMENT / f"{STEM}.ipynb")
+    answer = solution() + "\n_relu = relu_forward\ndef relu_forward(Z):\n    open('/tmp/cache', 'wb').write(bytes(16 * 2**20))\n    return _relu(Z)\n"
+    notes: list[str] = []
+    verdicts = verify_notebook(STEM, lesson, [answer], 60.0, SandboxConfig(tmpfs_size=8 * MIB), notes)
+    assert [v.status for v in verdicts] == ["failed", "failed"], verdicts
+    for verdict in verdicts:
+        assert "No space left on device" in verdict.message, verdict.message
+        assert "reached the sandbox's temporary disk (8 MiB)" in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize(("message", "limit"), [
+    ("OSError: [Errno 28] No space left on device", "disk"), ("OSError: [Errno 27] File too large", "file size"),
+    ("BlockingIOError: [Errno 11] Resource temporarily unavailable", "processes"),
+    ("RuntimeError: can't start new thread", "processes"), ("MemoryError", "address space"),
+    ("AssertionError: arrays differ", None)])
+def test_limit_messages_are_recognised(message: str, limit: str | None) -> None:
+    assert sb.limit_from_message(message) == limit
+    if limit is not None:
+        assert sb.describe_limit(limit, SandboxConfig()).startswith("the sandbox's ")
+
+
+def test_exit_signals_of_the_rlimits_are_recognised() -> None:
+    assert sb.limit_from_exit(128 + 24) == "cpu" and sb.limit_from_exit(128 + 25) == "file size"
+    assert sb.limit_from_exit(1) is None and sb.limit_from_exit(None) is None
