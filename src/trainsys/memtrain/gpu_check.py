@@ -16,9 +16,9 @@ import sys
 
 import torch
 
-from trainsys.memtrain.measured_memory import _batch, explorer_config, recomputation
+from trainsys.memtrain.measured_memory import explorer_config, recomputation, training_step
 from trainsys.memtrain.transformer_memory import transformer_memory
-from trainsys.models.gpt import GPT, GPTConfig
+from trainsys.models.gpt import GPTConfig
 
 GPT2_SMALL = GPTConfig(vocab_size=50257, context=1024, n_layer=12, n_head=12, n_embd=768, dropout=0.1)
 SETTINGS = [(1, "fp32", "none"), (4, "fp32", "selective"), (4, "fp32", "full"), (4, "autocast_bf16", "none"),
@@ -28,19 +28,7 @@ SETTINGS = [(1, "fp32", "none"), (4, "fp32", "selective"), (4, "fp32", "full"), 
 
 def peak_bytes(config: GPTConfig, batch_size: int, precision: str, recompute: str) -> int:
     """``torch.cuda.max_memory_allocated`` over the second of two Adam steps of ``GPT(config)`` on CUDA."""
-    device = torch.device("cuda")
-    torch.manual_seed(0)
-    model = GPT(config).to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    idx, targets = (x.to(device) for x in _batch(config, batch_size, 0))
-
-    def step() -> None:
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "autocast_bf16"):
-            _, loss = model(idx, targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
+    model, step = training_step(config, batch_size, precision, 0, "cuda")
     with recomputation(model, recompute):
         step()
         torch.cuda.synchronize()
@@ -48,7 +36,7 @@ def peak_bytes(config: GPTConfig, batch_size: int, precision: str, recompute: st
         step()
         torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
-    del model, optimizer
+    del model, step
     torch.cuda.empty_cache()
     return peak
 

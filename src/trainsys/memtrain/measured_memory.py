@@ -185,6 +185,28 @@ def _batch(config: GPTConfig, batch_size: int, seed: int) -> tuple[torch.Tensor,
     return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()  # (B, T) inputs, (B, T) next tokens
 
 
+def training_step(config: GPTConfig, batch_size: int, precision: str, seed: int = 0, device: str = "cpu"):
+    """``(model, step)``: a seeded ``GPT(config)`` with Adam on ``device`` and a function running one step on a
+    fixed ``(batch_size, context)`` batch — forward under autocast for ``"autocast_bf16"``, then
+    ``between()``, backward, ``optimizer.step()`` and, with ``zero_grad``, ``zero_grad(set_to_none=True)``."""
+    torch.manual_seed(seed)
+    model = GPT(config).to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    idx, targets = (x.to(device) for x in _batch(config, batch_size, seed))
+
+    def step(between=lambda: None, zero_grad: bool = True) -> None:
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "autocast_bf16"):
+            _, loss = model(idx, targets)
+        between()
+        loss.backward()
+        optimizer.step()
+        if zero_grad:
+            optimizer.zero_grad(set_to_none=True)
+
+    step.optimizer = optimizer
+    return model, step
+
+
 def _require_config(config: object) -> GPTConfig:
     if not isinstance(config, GPTConfig):
         raise TypeError(f"config must be a trainsys.models.gpt.GPTConfig, got {describe(config)}")
@@ -205,16 +227,10 @@ def measure_step(config: GPTConfig, batch_size: int, precision: str = "fp32", re
     b = require_int("batch_size", batch_size, minimum=1)
     _choice("precision", precision, PRECISIONS)
     _choice("recompute", recompute, RECOMPUTE)
-    torch.manual_seed(seed)
-    model = GPT(config).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    idx, targets = _batch(config, b, seed)
+    model, step = training_step(config, b, precision, seed)
     with SavedTensorLedger(model) as ledger, recomputation(model, recompute):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "autocast_bf16"):
-            _, loss = model(idx, targets)
-        ledger.start_backward()
-        loss.backward()
-    optimizer.step()
+        step(ledger.start_backward, zero_grad=False)
+    optimizer = step.optimizer
     params = list(model.parameters())
     out = {"parameters": _storage_bytes(params), "gradients": _storage_bytes(p.grad for p in params),
            "optimizer_states": _storage_bytes(v for s in optimizer.state.values() for v in s.values()),
@@ -378,18 +394,7 @@ def measure_step_peak(config: GPTConfig, batch_size: int, precision: str = "fp32
     b = require_int("batch_size", batch_size, minimum=1)
     _choice("precision", precision, PRECISIONS)
     _choice("recompute", recompute, RECOMPUTE)
-    torch.manual_seed(seed)
-    model = GPT(config).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    idx, targets = _batch(config, b, seed)
-
-    def step() -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "autocast_bf16"):
-            _, loss = model(idx, targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
+    model, step = training_step(config, b, precision, seed)
     with recomputation(model, recompute):
         step()
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
