@@ -200,3 +200,27 @@ def test_torch_batchnorm_running_mean_momentum() -> None:
 
 def test_sampling_with_replacement_misses_a_third() -> None:
     assert round(100 * (1 - 1 / 600) ** 600) == 37 and round(100 / math.e) == 37
+
+
+@pytest.mark.parametrize("segment", [1, 4, 16])
+def test_torch_checkpoint_reruns_every_layer_of_every_segment(segment: int) -> None:
+    """Lesson 17: torch.utils.checkpoint keeps only a segment's inputs, so the backward pass re-runs all of a
+    segment's layers, its last included: 16 recomputed layers whatever the segment size."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(4, 4).double() for _ in range(16)]
+    calls = [0] * len(layers)
+
+    def block(a, lo, hi):
+        for l in range(lo, hi):
+            calls[l] += 1
+            a = torch.relu(layers[l](a))
+        return a
+
+    a = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    for lo in range(0, 16, segment):
+        a = checkpoint(block, a, lo, lo + segment, use_reentrant=False)
+    a.sum().backward()
+    assert calls == [2] * 16  # one forward, one recomputation, for every layer
