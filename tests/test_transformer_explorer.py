@@ -303,6 +303,23 @@ def test_javascript_and_python_agree_with_cpu_dropout_masks() -> None:
     assert any(p["activations"] != transformer_memory(c)["activations"] for c, p in zip(configs, python))
 
 
+@needs_node
+def test_the_page_prints_the_measured_errors_of_the_record(tmp_path: Path) -> None:
+    """The errors the page shows beside its numbers are the record memory-gpt's (and the widget's sentence)."""
+    from trainsys.memtrain.memory_grid import measured_error_note, measured_errors
+
+    assert run_js("m.MEASURED_ERROR", None) == measured_errors()
+    dom = tmp_path / "fakedom.js"
+    dom.write_text(FAKE_DOM)
+    script = ("const El = require(process.argv[2]); const m = require(process.argv[1]); const root = new El('div');"
+              "m.mount(root); process.stdout.write(root.children[root.children.length - 1].innerHTML);")
+    html = subprocess.run([NODE, "-e", script, str(JS), str(dom)], capture_output=True, text=True, timeout=60,
+                          check=True).stdout
+    note = re.search(r'data-quantity="measured_note">([^<]*)<', html).group(1)
+    assert note == measured_error_note().replace("'", "\u2019")
+    assert 'data-quantity="error_activations">measured: +4.3%' in html
+
+
 def test_equality_is_exact_not_approximate() -> None:
     # == on floats in the parity test: the two sides must do the same operations in the same order
     r = transformer_memory(base(num_workers=3, zero_stage=3))

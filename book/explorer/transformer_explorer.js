@@ -33,6 +33,11 @@
                          autocast_bf16: [4, 3, 2, 2] };
   var DROPOUT_MASKS = ["bool", "dtype"];
   var GB = 1e9;
+  // The largest error (%) of these formulas against the course's GPT measured on CPU: the record memory-gpt
+  // (trainsys.memtrain.memory_grid.measured_errors); tests/test_transformer_explorer.py holds them equal.
+  var MEASURED_ERROR = { parameters: 0.0, gradients: 0.0, optimizer_states: -0.029, activations: 4.307,
+                         "parameters per rank": -0.177, "gradients per rank": -0.177, "optimizer_states per rank": -5.531,
+                         configurations: 24, sharded_runs: 4 };
 
   /* ---- validation: the same rules as the Python module, errors name the argument ---- */
   function show(v) { return typeof v === "string" ? "'" + v + "'" : (v === null ? "None" : String(v)); }
@@ -237,6 +242,7 @@
   var PARTS = [["parameters", "#4e79a7"], ["gradients", "#f28e2b"], ["optimizer_states", "#e15759"],
                ["activations", "#76b7b2"]];
 
+  function pct(x) { return (x >= 0 ? "+" : "") + x.toFixed(1) + "%"; }
   function gb(x) { return (x / GB).toFixed(2) + " GB"; }
   function count(n) { return n >= 1e9 ? (n / 1e9).toFixed(2) + " B" : (n / 1e6).toFixed(1) + " M"; }
   function label(v) { return LABELS[v] !== undefined ? LABELS[v] : String(v); }
@@ -345,7 +351,8 @@
       var svg = '<svg width="760" height="' + height + '" role="img" aria-label="bytes per worker against the device budget">' + parts.join("") + "</svg>";
       var rows = PARTS.map(function (p) {
         return '<tr><td><span style="color:' + p[1] + '">&#9632;</span> ' + p[0].replace("_", " ") +
-               '</td><td class="tsx-num" data-quantity="' + p[0] + '">' + gb(r[p[0]]) + "</td></tr>";
+               '</td><td class="tsx-num" data-quantity="' + p[0] + '">' + gb(r[p[0]]) + '</td><td class="tsx-err" data-quantity="error_' +
+               p[0] + '">measured: ' + pct(MEASURED_ERROR[p[0]]) + "</td></tr>";
       }).join("");
       var verdict = r.fits ? "fits" : "does not fit";
       var advice;
@@ -362,13 +369,18 @@
         '<tr><td>activations: per layer stored</td><td class="tsx-num" data-quantity="activations_per_layer">' + gb(r.activations_per_layer) + "</td></tr>" +
         '<tr><td>activations: outside the layers (incl. fp32 logits)</td><td class="tsx-num" data-quantity="activations_outside_layers">' + gb(r.activations_outside_layers) + "</td></tr>" +
         '<tr><td>activations: one layer rebuilt in backward</td><td class="tsx-num" data-quantity="activations_recompute_peak">' + gb(r.activations_recompute_peak) + "</td></tr>" +
+        '<tr><td colspan="3" data-quantity="measured_note">Measured on the course\u2019s GPT (' + MEASURED_ERROR.configurations +
+        " configurations, record memory-gpt), largest error: parameters " + pct(MEASURED_ERROR.parameters) + ", gradients " +
+        pct(MEASURED_ERROR.gradients) + ", optimizer state " + pct(MEASURED_ERROR.optimizer_states) + ", activations " +
+        pct(MEASURED_ERROR.activations) + "; per rank under ZeRO-1/FSDP2 (" + MEASURED_ERROR.sharded_runs + " runs) optimizer state " +
+        pct(MEASURED_ERROR["optimizer_states per rank"]) + ".</td></tr>" +
         '<tr><td>global batch</td><td class="tsx-num" data-quantity="global_batch">' + r.global_batch + " sequences, " + r.tokens_per_step + " tokens</td></tr></table>";
     }
     fill();
     render();
   }
 
-  var api = { PRESETS: PRESETS, PRECISIONS: PRECISIONS, RECOMPUTE: RECOMPUTE, validateConfig: validateConfig,
+  var api = { PRESETS: PRESETS, MEASURED_ERROR: MEASURED_ERROR, PRECISIONS: PRECISIONS, RECOMPUTE: RECOMPUTE, validateConfig: validateConfig,
               parameterCount: parameterCount, stateBytes: stateBytes, activationBytes: activationBytes,
               transformerMemory: transformerMemory, mount: mount };
   if (typeof module !== "undefined" && module.exports) module.exports = api;

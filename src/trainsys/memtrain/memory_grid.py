@@ -125,3 +125,25 @@ def memory_gpt_section(quick: bool = False, workers: int = 1) -> dict:
                                     "(explorer - measured) / measured. Load average at the end: "
                                     f"{os.getloadavg()}.", extra={"rows": rows})
     return record
+
+
+def measured_errors(record: dict | None = None) -> dict[str, float]:
+    """The record's largest error in percent per category (:data:`CATEGORIES`, and ``"<category> per rank"``
+    for ZeRO-1/FSDP2) plus ``configurations`` and ``sharded_runs``: what the explorer shows beside its numbers."""
+    from trainsys.evidence import load_record
+
+    rows = (record or load_record("memory-gpt"))["figures"]["largest_error"]["rows"]
+    out = {name.replace(" (ZeRO-1, FSDP2)", ""): error for name, error, _ in rows}
+    out["configurations"] = rows[0][2]
+    out["sharded_runs"] = rows[-1][2]
+    return out
+
+
+def measured_error_note(record: dict | None = None) -> str:
+    """One sentence for the explorer: the largest measured error per category (the JavaScript twin prints the
+    same figures, held equal by ``tests/test_transformer_explorer.py``)."""
+    e = measured_errors(record)
+    return (f"Measured on the course's GPT ({e['configurations']} configurations, record memory-gpt), largest error: "
+            f"parameters {e['parameters']:+.1f}%, gradients {e['gradients']:+.1f}%, optimizer state "
+            f"{e['optimizer_states']:+.1f}%, activations {e['activations']:+.1f}%; per rank under ZeRO-1/FSDP2 "
+            f"({e['sharded_runs']} runs) optimizer state {e['optimizer_states per rank']:+.1f}%.")

@@ -502,8 +502,10 @@ def transformer_memory_explorer() -> widgets.VBox:
         control.disabled = True
     redraw()
     s, a = list(setup.values()), list(arch.values())
-    return TwinnedExplorer([widgets.HBox(s[:5]), widgets.HBox(s[5:]), widgets.HBox(a[:5]), widgets.HBox(a[5:]), output],
-                           "data-trainsys-transformer-explorer")
+    from trainsys.memtrain.memory_grid import measured_error_note
+    note = widgets.HTML(f"<small>{measured_error_note()}</small>")
+    return TwinnedExplorer([widgets.HBox(s[:5]), widgets.HBox(s[5:]), widgets.HBox(a[:5]), widgets.HBox(a[5:]), output,
+                            note], "data-trainsys-transformer-explorer")
 
 
 def formats_explorer(steps: int = 200, seed: int = 0) -> widgets.VBox:
