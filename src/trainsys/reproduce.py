@@ -22,6 +22,7 @@ SECTIONS: dict[str, str] = {
     "fedavg-fashion-mnist": "trainsys.fedavg.reproduce_real:fashion_mnist_section",
     "fedavg-shakespeare": "trainsys.fedavg.reproduce_real:shakespeare_section",
     "memory-gpt": "trainsys.memtrain.memory_grid:memory_gpt_section",
+    "diloco-gpt": "trainsys.diloco.gpt_experiment:diloco_gpt_section",
 }
 """Section name → ``"module:function"``; the record a section writes carries the section's name."""
 

@@ -16,6 +16,12 @@ Both trainers return a *run record*: the validated config, every seed, per-round
 metrics, wall time and the bytes communicated, counted from the arrays the workers hand to the
 all-reduce (one parameter-sized tree per worker per communication). Bytes per inner step differ by
 exactly ``H`` by construction; the records show what that costs in held-out quality.
+
+Both trainers take an optional ``task``: ``None`` is the MLP classifier of Parts 1–5 (NumPy forward and
+backward, one worker after another); a :class:`~trainsys.diloco.language_model.LanguageModelTask` trains
+the course's GPT on text instead. The task supplies the run (data, θ⁽⁰⁾, generators), the workers' inner
+steps, the baseline's gradients and the held-out metrics; the rounds, the pseudo-gradient, the outer
+Nesterov step, the baseline's all-reduce and AdamW, and the byte count are this file's, for both.
 """
 
 from __future__ import annotations
@@ -194,24 +200,38 @@ def _progress(cfg: DiLoCoConfig, desc: str) -> tqdm:
                 disable=None if cfg.progress is None else not cfg.progress)
 
 
+def _metrics(run: Mapping, params: Params) -> dict[str, float]:
+    task = run.get("task")
+    if task is not None:
+        return task.evaluate(run, params)
+    return {"heldout_loss": evaluate_heldout_loss(params, run["X_heldout"], run["y_heldout"]),
+            "heldout_accuracy": classification_accuracy(params, run["X_heldout"], run["y_heldout"])}
+
+
+def _logged(run: Mapping, r: int) -> bool:
+    task = run.get("task")
+    return task is None or task.log_round(run, r)
+
+
 def _entry(run: Mapping, params: Params, r: int, steps: int, train_loss: float, sent: int, total: int) -> dict:
-    return {"round": r, "steps": steps, "train_loss": train_loss,
-            "heldout_loss": evaluate_heldout_loss(params, run["X_heldout"], run["y_heldout"]),
-            "heldout_accuracy": classification_accuracy(params, run["X_heldout"], run["y_heldout"]),
+    return {"round": r, "steps": steps, "train_loss": train_loss, **_metrics(run, params),
             "bytes_communicated": sent, "cumulative_bytes": total}
+
+
+def _setup(config: object, task: object) -> dict[str, object]:
+    return setup_run(config) if task is None else task.setup_run(config)
 
 
 def _record(algorithm: str, run: Mapping, params: Params, history: list, initial: dict, start: float) -> dict:
     cfg = run["config"]
     return {"algorithm": algorithm, "config": dataclasses.asdict(cfg), "seeds": run["seeds"], "initial": initial,
             "history": history, "final_params": params, "wall_time_s": time.perf_counter() - start,
-            "shard_sizes": [len(s[1]) for s in run["shards"]],
+            "shard_sizes": run["shard_sizes"] if "shard_sizes" in run else [len(s[1]) for s in run["shards"]],
             "examples_processed": cfg.num_workers * cfg.rounds * cfg.inner_steps * cfg.batch_size}
 
 
 def _initial(run: Mapping) -> dict[str, float]:
-    return {"heldout_loss": evaluate_heldout_loss(run["params"], run["X_heldout"], run["y_heldout"]),
-            "heldout_accuracy": classification_accuracy(run["params"], run["X_heldout"], run["y_heldout"])}
+    return _metrics(run, run["params"])
 
 
 # --- Lesson 25 -------------------------------------------------------------------------------------
@@ -260,17 +280,35 @@ def diloco_round(
         new_workers.append(theta)
         new_states.append(state)
         losses.append(worker_losses)
-    sent = sum(params_nbytes(theta) for theta in new_workers)  # one tree per worker into the all-reduce
-    outer_grad = compute_outer_gradient(global_params, new_workers)
-    new_global, new_outer = nesterov_outer_step(global_params, outer_state, outer_grad, outer_lr, outer_momentum)
-    worker_losses = np.stack(losses)  # (k, H)
-    info = {"train_loss": float(worker_losses.mean()), "worker_losses": worker_losses, "bytes_communicated": int(sent)}
+    new_global, new_outer, info = outer_round(global_params, outer_state, new_workers, np.stack(losses), outer_lr,
+                                              outer_momentum)
     return new_global, new_outer, new_states, info
 
 
+def outer_round(
+    global_params: Params, outer_state: OuterState, workers: Sequence[Params], worker_losses: np.ndarray,
+    outer_lr: float, outer_momentum: float,
+) -> tuple[Params, OuterState, dict[str, object]]:
+    """A round's communication, after the workers' inner steps: the pseudo-gradient and the Nesterov step.
+
+    ``workers``: the ``k`` trees :math:`\theta_k`; ``worker_losses``: their ``(k, H)`` minibatch losses.
+    Returns ``(new_global, new_outer_state, info)`` with :func:`diloco_round`'s ``info``.
+    """
+    sent = sum(params_nbytes(theta) for theta in workers)  # one tree per worker into the all-reduce
+    outer_grad = compute_outer_gradient(global_params, list(workers))
+    new_global, new_outer = nesterov_outer_step(global_params, outer_state, outer_grad, outer_lr, outer_momentum)
+    info = {"train_loss": float(worker_losses.mean()), "worker_losses": worker_losses, "bytes_communicated": int(sent)}
+    return new_global, new_outer, info
+
+
 # --- Lesson 26 -------------------------------------------------------------------------------------
-def train_diloco(config: DiLoCoConfig | Mapping | None) -> dict[str, object]:
+def train_diloco(config: DiLoCoConfig | Mapping | None, task: object | None = None) -> dict[str, object]:
     """DiLoCo for ``config.rounds`` rounds of ``config.inner_steps`` (H) inner steps: a run record.
+
+    ``task=None``: the MLP (``config`` a :class:`DiLoCoConfig`); a
+    :class:`~trainsys.diloco.language_model.LanguageModelTask`: the GPT (``config`` an ``LMConfig``; the
+    workers' inner steps are the task's, the outer step this loop's; history entries every
+    ``eval_every`` steps and at the last round, with ``heldout_perplexity`` as well).
 
     :func:`setup_run`, then one :func:`init_adamw_state` per worker and :func:`init_outer_optimizer`,
     then for ``r = 1..T`` a :func:`diloco_round` followed by the held-out evaluation. The record:
@@ -279,25 +317,32 @@ def train_diloco(config: DiLoCoConfig | Mapping | None) -> dict[str, object]:
     "examples_processed"}``; ``history[r-1]["steps"] = r·H`` inner steps per worker so far.
     """
     start = time.perf_counter()
-    run = setup_run(config)
+    run = _setup(config, task)
     cfg: DiLoCoConfig = run["config"]
     params, outer_state = run["params"], init_outer_optimizer(run["params"])
-    states = [init_adamw_state(params) for _ in range(cfg.num_workers)]
+    states = ([init_adamw_state(params) for _ in range(cfg.num_workers)] if task is None
+              else task.init_worker_states(params, cfg.num_workers))
     hp, history, total = inner_hp(cfg), [], 0
     with _progress(cfg, "DiLoCo") as bar:
         for r in range(1, cfg.rounds + 1):
-            params, outer_state, states, info = diloco_round(
-                params, outer_state, states, run["shards"], run["worker_rngs"], H=cfg.inner_steps, inner_hp=hp,
-                outer_lr=cfg.outer_lr, outer_momentum=cfg.outer_momentum)
+            if task is None:
+                params, outer_state, states, info = diloco_round(
+                    params, outer_state, states, run["shards"], run["worker_rngs"], H=cfg.inner_steps, inner_hp=hp,
+                    outer_lr=cfg.outer_lr, outer_momentum=cfg.outer_momentum)
+            else:
+                workers, states, losses = task.inner_steps(run, params, states, cfg.inner_steps, hp)
+                params, outer_state, info = outer_round(params, outer_state, workers, losses, cfg.outer_lr,
+                                                        cfg.outer_momentum)
             total += info["bytes_communicated"]
-            history.append(_entry(run, params, r, r * cfg.inner_steps, info["train_loss"],
-                                  info["bytes_communicated"], total))
+            if _logged(run, r):
+                history.append(_entry(run, params, r, r * cfg.inner_steps, info["train_loss"],
+                                      info["bytes_communicated"], total))
             bar.update()
     return _record("diloco", run, params, history, _initial(run), start)
 
 
 # --- Lesson 27 -------------------------------------------------------------------------------------
-def train_synchronous_baseline(config: DiLoCoConfig | Mapping | None) -> dict[str, object]:
+def train_synchronous_baseline(config: DiLoCoConfig | Mapping | None, task: object | None = None) -> dict[str, object]:
     """Synchronous data parallelism with the same data, seeds and compute as :func:`train_diloco`.
 
     ``T · H`` steps; at each step worker ``k`` (in order) draws a minibatch with ``rngs[k]`` from its
@@ -305,10 +350,11 @@ def train_synchronous_baseline(config: DiLoCoConfig | Mapping | None) -> dict[st
     worker's gradient tree is counted, once per worker) and one inner optimizer (AdamW, the config's
     hyper-parameters) steps the single model. Outer lr and momentum are unused. Metrics are logged
     every ``H`` steps (a "round"), so the record has the same layout as DiLoCo's, with
-    ``"algorithm": "synchronous"`` and ``H`` times the bytes per round.
+    ``"algorithm": "synchronous"`` and ``H`` times the bytes per round. ``task`` as in :func:`train_diloco`
+    (the task computes the ``k`` gradients; the all-reduce and the AdamW step are this loop's).
     """
     start = time.perf_counter()
-    run = setup_run(config)
+    run = _setup(config, task)
     cfg: DiLoCoConfig = run["config"]
     params, hp = run["params"], inner_hp(cfg)
     state, history, total = init_adamw_state(params), [], 0
@@ -317,7 +363,10 @@ def train_synchronous_baseline(config: DiLoCoConfig | Mapping | None) -> dict[st
             losses, sent = [], 0
             for _ in range(cfg.inner_steps):
                 grads = []
-                for shard, rng in zip(run["shards"], run["worker_rngs"]):
+                if task is not None:
+                    grads, step_losses = task.gradients(run, params)
+                    losses.extend(step_losses)
+                for shard, rng in zip(run["shards"], run["worker_rngs"]) if task is None else ():
                     X_b, y_b = sample_worker_batch(shard, cfg.batch_size, rng)
                     logits, cache = model_forward(params, X_b)  # (batch, C)
                     losses.append(cross_entropy_loss(logits, y_b))
@@ -325,6 +374,7 @@ def train_synchronous_baseline(config: DiLoCoConfig | Mapping | None) -> dict[st
                 sent += sum(params_nbytes(g) for g in grads)  # one tree per worker into the all-reduce
                 params, state = inner_optimizer_step(params, average_params(grads), state, hp)
             total += sent
-            history.append(_entry(run, params, r, r * cfg.inner_steps, float(np.mean(losses)), sent, total))
+            if _logged(run, r):
+                history.append(_entry(run, params, r, r * cfg.inner_steps, float(np.mean(losses)), sent, total))
             bar.update()
     return _record("synchronous", run, params, history, _initial(run), start)

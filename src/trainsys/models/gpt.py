@@ -191,20 +191,21 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, check_ids: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``idx``: ``(B, T)`` int64 token ids with ``T <= context``; ``targets``: ``(B, T)`` ids or ``None``.
 
         Returns ``logits`` ``(B, T, V)`` float32 and the mean cross-entropy over all ``B·T`` positions
         (``None`` without targets). Raises ``ValueError`` on a wrong rank, a too-long sequence, ids
-        outside ``[0, V)`` or targets of another shape.
+        outside ``[0, V)`` or targets of another shape. ``check_ids=False`` skips the id range check, a
+        data-dependent branch that ``torch.func.vmap`` cannot trace; the caller then guarantees the range.
         """
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
             raise ValueError(f"idx must be a (B, T) int64 tensor of token ids, got {_tensor_desc(idx)}")
         B, T = idx.shape
         if T > self.config.context:
             raise ValueError(f"idx has T={T} positions but the model's context is {self.config.context}")
-        if idx.numel() and not bool(((idx >= 0) & (idx < self.config.vocab_size)).all()):
+        if check_ids and idx.numel() and not bool(((idx >= 0) & (idx < self.config.vocab_size)).all()):
             raise ValueError(f"idx holds ids outside [0, {self.config.vocab_size})")
         positions = torch.arange(T, device=idx.device)  # (T,)
         x = self.token_embedding(idx) + self.position_embedding(positions)  # (B, T, C)
