@@ -46,6 +46,18 @@ def _verdicts(package: str, attribute: str) -> tuple[int, int, int]:
     return rejected, accepted, total
 
 
+def _functions_with_alternatives(at_least: int) -> int:
+    """How many graded functions have ``at_least`` correct alternatives in ``tests/redteam`` (accepted or not:
+    the count of accepted ones is printed beside it)."""
+    pkg = importlib.import_module("tests.redteam")
+    counts: dict[str, int] = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if not info.name.startswith("_"):
+            for name, answers in getattr(importlib.import_module(f"tests.redteam.{info.name}"), "ALTERNATIVES", {}).items():
+                counts[name] = counts.get(name, 0) + len(answers)
+    return sum(1 for n in counts.values() if n >= at_least)
+
+
 def _clauses() -> tuple[int, int, int, int]:
     """``(clauses stated, clauses enforced, declared cases, witnesses)``: a clause is enforced when its check
     declares cases for it and every witness that breaks it fails at one of them (``tests/test_clauses.py``)."""
@@ -77,8 +89,10 @@ def bench_mutants() -> None:
     _, alternatives, alt_total = _verdicts("tests.redteam", "ALTERNATIVES")
     elapsed = time.perf_counter() - start
     print(f"mutants rejected: developers' {developers} / {dev_total}, red team's {red} / {red_total}, "
-          f"all {developers + red} / {dev_total + red_total}")
-    print(f"correct alternatives accepted: {alternatives} / {alt_total}")
+          f"all {developers + red} / {dev_total + red_total}; correct alternatives accepted: {alternatives} / "
+          f"{alt_total}")
+    print(f"graded functions with at least two correct alternatives: {_functions_with_alternatives(2)} / "
+          f"{len([n for n in grading.__all__ if n.startswith('check_')])}")
     stated, enforced, cases, witnesses = _clauses()
     print(f"contract clauses enforced / stated: {enforced} / {stated} ({cases} declared cases, {witnesses} witnesses)")
     print(f"mean check time per answer: {elapsed / max(dev_total + red_total + alt_total, 1) * 1000:.1f} ms")
