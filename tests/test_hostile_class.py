@@ -304,6 +304,18 @@ def test_every_autograded_notebook_has_its_feedback(graded: Graded) -> None:
         assert (graded.course / "feedback" / student / ASSIGNMENT / f"{STEM}.html").is_file(), student
 
 
+def test_a_student_who_reached_a_limit_reads_which_in_the_feedback(graded: Graded) -> None:
+    """Six processes of 0.8 GB under the 2.5 GiB cap: the trusted verdict under each test cell names the limit."""
+    from trainsys.autograde.sandbox import cgroup_caps_memory
+
+    flags = " | ".join(load_result(graded.course, "memory_fan_out", ASSIGNMENT).flags)
+    assert "memory limit (2.5 GiB for all its processes together)" in flags, flags
+    page = graded.course / "feedback" / "memory_fan_out" / ASSIGNMENT / f"{STEM}.html"
+    if cgroup_caps_memory():  # the cgroup ends children, so the kernel lives on
+        html = page.read_text().replace("&#39;", "'").replace("&#x27;", "'")
+        assert "memory limit (2.5 GiB for all its processes together)" in html
+
+
 # --- 4. outliving the run -----------------------------------------------------------------------------------
 def test_no_process_an_attack_started_is_alive(graded: Graded) -> None:
     assert not graded.alive_after, graded.alive_after

@@ -38,10 +38,6 @@ def fan_out(n, mib):
 '''
 
 
-def _memory_cgroups() -> bool:
-    return sb.Cgroup(SandboxConfig(memory=64 * MIB)).caps_memory
-
-
 def test_the_sandbox_is_the_oom_killers_first_pick() -> None:
     code = ("import os\nprint(open('/proc/self/oom_score_adj').read().strip())\n"
             "try:\n    os.write(os.open('/proc/self/oom_score_adj', os.O_WRONLY), b'-1000')\n"
@@ -52,7 +48,7 @@ def test_the_sandbox_is_the_oom_killers_first_pick() -> None:
     assert run.stdout.split() == ["1000", "1000"], "the sandbox must not be able to lower its OOM score: " + run.stdout
 
 
-@pytest.mark.skipif(not _memory_cgroups(), reason="memory cgroups need root and cgroup v1 here")
+@pytest.mark.skipif(not sb.cgroup_caps_memory(), reason="memory cgroups need root and cgroup v1 here")
 def test_a_fan_out_is_held_to_the_sandboxs_cap_by_its_memory_cgroup() -> None:
     """Six children of 100 MiB under a 300 MiB cap: the OOM killer ends children (the largest), the
     sandbox's memory never passes the cap, and the student process learns which limit it reached."""

@@ -17,7 +17,14 @@ student's function in, run inside `bubblewrap <https://github.com/containers/bub
   with it (``--die-with-parent``; the namespace's init takes all its processes down when it exits);
 - **another user** (when the grader runs as root: one uid per parallel grading slot, so classmates
   graded side by side cannot signal each other) and no capabilities;
-- **rlimits** on address space, processes, open files, file size and CPU time.
+- **rlimits** on address space, processes, open files, file size and CPU time;
+- **memory** of all its processes together capped (a memory cgroup where the grader may make one, else
+  :class:`MemoryCap`), and its processes the kernel OOM killer's first pick (``oom_score_adj``);
+- **the graded function withheld** where the grader asks (:func:`withheld_view`): the package it sees
+  then holds a stub in its place.
+
+The package and the Python environment are bound after the private tmpfs folders are mounted, so a
+course cloned under ``/tmp`` or a home folder is visible inside.
 
 :func:`wrap` builds the command; :class:`SandboxKernelManager` is the ``jupyter_client`` kernel
 manager that nbgrader's executor uses to start sandboxed kernels (``trainsys.execution``);
@@ -277,6 +284,15 @@ class Cgroup:
                     time.sleep(0.02)
         self.paths = []
         self.controllers = {}
+
+
+def cgroup_caps_memory() -> bool:
+    """Whether this grader can cap a sandbox's memory with a cgroup (else :class:`MemoryCap` does)."""
+    probe = Cgroup(SandboxConfig(memory=2**30))
+    try:
+        return probe.caps_memory
+    finally:
+        probe.remove()
 
 
 class MemoryCap(threading.Thread):

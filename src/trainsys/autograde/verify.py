@@ -10,7 +10,9 @@ stdout. For every notebook of one student's assignment it
    its cell id (nbgrader's release gives graded cells their grade id as cell id), else by position
    (the last code cell before the visible tests): removing the cell's nbgrader metadata hides
    nothing;
-3. loads those cells in a sandboxed student process (:class:`~trainsys.autograde.isolation.StudentProcess`)
+3. loads those cells in a sandboxed student process (:class:`~trainsys.autograde.isolation.StudentProcess`),
+   whose view of the package withholds the lesson's graded function (a stub raising "withheld while
+   grading": an answer that reaches the reference by any route fails, and is flagged),
    and runs, *here*, the visible test cell with the student's function name bound to a
    :class:`~trainsys.autograde.isolation.RemoteFunction`, then ``trainsys.grading.check_<name>``.
 
