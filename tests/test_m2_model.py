@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainsys.tolerance import gamma, relu_chain_magnitudes, rounding_bound
+from trainsys.tolerance import cross_entropy_gradient_bound
 from trainsys.diloco import model
 from trainsys.diloco.loop import train_synchronous_baseline
 
@@ -130,29 +130,13 @@ def test_m2_06_model_backward_matches_torch_autograd_in_float32() -> None:
     y = _rng(13).integers(0, 4, 32)
     layers = _torch_net(params)
     torch.nn.functional.cross_entropy(_torch_logits(layers, X), torch.tensor(y)).backward()
-    logits, cache = model.model_forward(params, X)
-    grads = model.model_backward(params, cache, y)
-    # Derived bound (trainsys.tolerance): two float32 passes differ in the logits by at most 2 gamma_kf M_z
-    # (kf = the forward's summation lengths plus bias and ReLU); softmax is 1/2-Lipschitz in the max norm
-    # (|J|_inf = max 2 p_i (1 - p_i)) and rounds within gamma_{J+4} p (shift, exp, sum of J, division); the
-    # backward then adds its own roundings (kb) relative to the absolute pass, and carries the softmax's
-    # difference dG through |A_l|^T and |W_l|^T.
-    n, J = logits.shape
-    sizes = [6, 16, 16, 4]
-    Ws, bs = [params[f"W{l}"] for l in range(3)], [params[f"b{l}"] for l in range(3)]
-    M_z, _ = relu_chain_magnitudes(Ws, bs, X, np.zeros((n, J)))
-    dz = rounding_bound(M_z, sum(d + 2 for d in sizes[:-1]), np.float32).max(axis=1, keepdims=True)
-    z64 = logits.astype(np.float64)
-    prob = np.exp(z64 - z64.max(axis=1, keepdims=True))
-    prob /= prob.sum(axis=1, keepdims=True)
-    onehot = np.eye(J)[y]
-    dG = (0.5 * dz + 2 * gamma(J + 4, np.float32) * prob) / n + rounding_bound((prob + onehot) / n, 2, np.float32)
-    _, spread = relu_chain_magnitudes(Ws, bs, X, dG)
-    _, mags = relu_chain_magnitudes(Ws, bs, X, (prob + onehot) / n)
-    kb = sum(d + 2 for d in sizes[:-1]) + sum(d + 1 for d in sizes[1:]) + n
+    grads = model.model_backward(params, model.model_forward(params, X)[1], y)
+    # the derived bound of two float32 computations (trainsys.tolerance.cross_entropy_gradient_bound)
+    bounds = cross_entropy_gradient_bound([params[f"W{l}"] for l in range(3)], [params[f"b{l}"] for l in range(3)],
+                                          X, y, np.float32)
     for l, (W, b) in enumerate(layers):
         for part, ours, theirs in (("W", grads[f"W{l}"], W.grad.numpy()), ("b", grads[f"b{l}"], b.grad.numpy())):
-            bound = rounding_bound(mags[l][part], kb, np.float32) + spread[l][part]
+            bound = bounds[l][part]
             excess = np.abs(ours.astype(np.float64) - theirs) - bound
             assert np.all(excess <= 0), f"d{part}{l}: beyond the derived bound by up to {excess.max():.3g}"
         assert grads[f"W{l}"].dtype == np.float32

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["unit_roundoff", "gamma", "rounding_bound", "within_rounding", "assert_within_rounding",
-           "reorder_tolerance", "relu_chain_magnitudes"]
+           "reorder_tolerance", "relu_chain_magnitudes", "cross_entropy_gradient_bound"]
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
@@ -153,3 +153,37 @@ def relu_chain_magnitudes(weights: list[np.ndarray], biases: list[np.ndarray], X
         if l:
             g = g @ absW[l].T * (1.0 if scales is None else np.abs(np.asarray(scales[l - 1], np.float64)))
     return acts[-1], grads
+
+
+def cross_entropy_gradient_bound(weights: list[np.ndarray], biases: list[np.ndarray], X: np.ndarray,
+                                 labels: np.ndarray, dtype: Any) -> list[dict[str, np.ndarray]]:
+    """How far apart, elementwise, two correct computations in ``dtype`` of the mean cross-entropy gradient of
+    a ReLU MLP (``X (n, d_0)``, ``weights[l] (d_l, d_{l+1})``, integer ``labels (n,)``) may be: one dict
+    ``{"W", "b"}`` of float64 bounds per layer.
+
+    The logits of the two differ by at most ``δz = 2·γ_kf·M_z`` (``kf = Σ (d_l + 2)`` over the layers,
+    :func:`relu_chain_magnitudes`); softmax is 1/2-Lipschitz in the max norm (its Jacobian's rows sum to
+    ``2 p_i (1 - p_i) ≤ 1/2`` in absolute value) and rounds within ``γ_{J+4}·p`` (shift, exp, a sum of
+    ``J``, a division); ``G = (p − onehot)/n`` adds two roundings. The backward then adds its own
+    ``2·γ_kb·M`` (``kb = kf + Σ (d_{l+1} + 1) + n``) and carries ``δG`` through ``|a_l|ᵀ`` and ``|W_l|ᵀ``.
+    """
+    X64 = np.asarray(X, np.float64)
+    n = X64.shape[0]
+    M_z, _ = relu_chain_magnitudes(weights, biases, X64, np.zeros((n, np.asarray(weights[-1]).shape[1])))
+    J = M_z.shape[1]
+    sizes = [X64.shape[1]] + [np.asarray(W).shape[1] for W in weights]
+    kf = sum(d + 2 for d in sizes[:-1])
+    dz = rounding_bound(M_z, kf, dtype).max(axis=1, keepdims=True)
+    z = X64
+    for l, (W, b) in enumerate(zip(weights, biases)):
+        z = z @ np.asarray(W, np.float64) + np.asarray(b, np.float64)
+        z = np.maximum(z, 0) if l < len(weights) - 1 else z
+    prob = np.exp(z - z.max(axis=1, keepdims=True))
+    prob /= prob.sum(axis=1, keepdims=True)
+    onehot = np.eye(J)[np.asarray(labels)]
+    dG = (0.5 * dz + 2 * gamma(J + 4, dtype) * prob) / n + rounding_bound((prob + onehot) / n, 2, dtype)
+    _, spread = relu_chain_magnitudes(weights, biases, X64, dG)
+    _, mags = relu_chain_magnitudes(weights, biases, X64, (prob + onehot) / n)
+    kb = kf + sum(d + 1 for d in sizes[1:]) + n
+    return [{part: rounding_bound(mags[l][part], kb, dtype) + spread[l][part] for part in ("W", "b")}
+            for l in range(len(weights))]
