@@ -41,7 +41,7 @@ RESERVED: dict[str, tuple[str, list[str]]] = {
         r"\\frac\s*1\s*C\b|\\frac\s*n\s*C\b|(?<![\w\\])1\s*/\s*C\b",   # class shares 1/C, n/C
         r"K" + SEP + r"\\(?:times|cdot)" + SEP + r"C\b",               # a K × C count table
         r"_\{\([^()]*\bC\)\}",                                         # (B, C) or (C) shapes under a brace
-        r"\\ln" + SEP + r"C\b",                                        # the uniform loss ln C
+        r"\\ln" + SEP + r"C\b|\blog C\b|\\log" + SEP + r"C\b",               # the uniform loss ln C, log C
         r"(?<![\w\\])C" + SEP + r"\\ge" + SEP + r"2\b",                # "C ≥ 2" classes
         r"`counts: \(K, C\)`",
     ]),
@@ -80,7 +80,8 @@ OLD = {
     "s": [r"$s = \lceil \Psi/N \rceil$", r"$S_k = [ks, (k+1)s)$", r"\underbrace{m_t}_{(s)} = \beta_1 m_{t-1}",
           r"$\underbrace{\tilde\theta}_{(Ns)} = [\theta;\, 0_{Ns-\Psi}]$"],
     "C": [r"with $d_h$ = `d_hidden`, $C$ = `n_classes`, biases", r"share is within $0.015$ of $1/C$",
-          r"the $K \times C$ table of each client's examples", r"\underbrace{Z}_{(b,\,C)}", r"$L \approx \ln C$"],
+          r"the $K \times C$ table of each client's examples", r"\underbrace{Z}_{(b,\,C)}", r"$L \approx \ln C$",
+          "| gain on the output layer | first loss ≈ log C |", r"a first loss near $\log C$"],
     "P": [r"$w \in \mathbb R^P$", r"\underbrace{w_t}_{(P)}", r"$P = d_{in}d_h + d_h$", r"move $8mP$ bytes",
           r"the accumulator ($P$ bytes):", r"costing $\frac{4N}{KPb}$ of the gradient traffic"],
 }
