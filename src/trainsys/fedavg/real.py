@@ -14,9 +14,11 @@ and ``B ∈ {10, ∞}``.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 
 
 from trainsys.fedavg.experiments import mean_and_spread, require_seeds
@@ -94,13 +96,38 @@ def _run(job: tuple[dict, int]) -> dict[str, object]:
             "wall_s": record["wall_time_s"], "bytes_total": record["bytes_communicated"]["total"]}
 
 
-def run_jobs(jobs: Sequence[tuple[dict, int]], workers: int) -> list[dict[str, object]]:
-    """Run ``(config dict, seed)`` jobs with ``workers`` processes (1: in this process), in order."""
-    if workers <= 1 or len(jobs) <= 1:
-        return [_run(job) for job in jobs]
-    # longest first would need a cost model; the pool's imap keeps the order and deals jobs as workers free up
-    with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=4) as pool:
-        return list(pool.imap(_run, jobs, chunksize=1))
+def _job_key(job: tuple[dict, int]) -> str:
+    return json.dumps([job[0], job[1]], sort_keys=True)
+
+
+def run_jobs(jobs: Sequence[tuple[dict, int]], workers: int, journal: str | Path | None = None) -> list[dict[str, object]]:
+    """Run ``(config dict, seed)`` jobs with ``workers`` processes (1: in this process); results in job order.
+
+    With ``journal`` (a JSON-lines file) every finished job is appended as it ends and jobs already there are
+    not run again: an interrupted reproduction resumes where it stopped (same configs and seeds, same results).
+    """
+    done: dict[str, dict] = {}
+    if journal is not None and Path(journal).is_file():
+        for line in Path(journal).read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                done[entry["key"]] = entry["result"]
+    todo = [job for job in jobs if _job_key(job) not in done]
+
+    def keep(job: tuple[dict, int], result: dict) -> None:
+        done[_job_key(job)] = result
+        if journal is not None:
+            with open(journal, "a") as handle:
+                handle.write(json.dumps({"key": _job_key(job), "result": result}) + "\n")
+
+    if workers <= 1 or len(todo) <= 1:
+        for job in todo:
+            keep(job, _run(job))
+    else:
+        with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=4) as pool:
+            for job, result in zip(todo, pool.imap(_run, todo, chunksize=1)):
+                keep(job, result)
+    return [done[_job_key(job)] for job in jobs]
 
 
 def job_cost(config: FedAvgConfig) -> float:
@@ -116,6 +143,7 @@ def rounds_tables(
     seeds: Iterable[int],
     caps: Mapping[str, Mapping[str, int]],
     workers: int = 2,
+    journal: str | Path | None = None,
 ) -> dict[str, dict[str, dict[str, object]]]:
     """Rounds to ``target`` for each base config (e.g. one per partition) × named row of overrides × seed.
 
@@ -123,7 +151,7 @@ def rounds_tables(
     has not reached the target by then counts as not reached). All runs go to one pool of ``workers``
     processes, longest first (:func:`job_cost`). Returns ``{base name: {label: {"rounds": [per seed or None],
     "reached": n, "mean", "std" (over the seeds that reached; ``None`` if none), "final_accuracy": [...],
-    "curves": [[per round] per seed], "wall_s", "cap"}}}``.
+    "curves": [[per round] per seed], "wall_s", "cap"}}}``. ``journal``: see :func:`run_jobs`.
     """
     seeds = require_seeds(list(seeds))
     jobs, keys = [], []
@@ -135,7 +163,7 @@ def rounds_tables(
                 jobs.append((asdict(config), seed))
                 keys.append((name, label, job_cost(config)))
     order = sorted(range(len(jobs)), key=lambda i: -keys[i][2])
-    done = run_jobs([jobs[i] for i in order], workers)
+    done = run_jobs([jobs[i] for i in order], workers, journal)
     results = [None] * len(jobs)
     for i, result in zip(order, done):
         results[i] = result
