@@ -56,6 +56,13 @@ either every rank leaves the loop after the same check or none does, and every r
 sequence of collectives (the arrivals, hence whether a round has an all-reduce, are also the same
 everywhere); all then meet at :func:`~trainsys.distributed.launch.finish`'s barrier.
 
+**The language model** (``--model gpt``): the same round on the course's GPT and Shakespeare
+(:mod:`trainsys.diloco.gpt_experiment`: ``--sharding iid|genre``, its model and batch size): rank ``k`` holds
+shard ``k`` of :func:`~trainsys.diloco.gpt_experiment.task` for ``N`` = the world size, the θ⁽⁰⁾ and batch
+generator of :meth:`~trainsys.diloco.language_model.LanguageModelTask.setup_run`, and draws its windows with
+:func:`~trainsys.diloco.language_model.sample_windows` exactly as the simulation's vmapped step does; rank 0
+evaluates with the task's held-out windows. Fault options are not offered for it.
+
 Rank 0's result: ``history`` (per round ``round``, ``heldout_loss``, ``heldout_accuracy``, and the
 simulation record's ``arrived``, ``missed``, ``stale`` ``{id: s}``, ``weights`` ``{id: w}``,
 ``outer_step_applied``, ``worker_steps`` — JSON turns the ids used as keys into strings), ``world_size``,
@@ -67,6 +74,7 @@ simulation record's ``arrived``, ``missed``, ``stale`` ``{id: s}``, ``weights`` 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import numpy as np
 import torch
@@ -179,7 +187,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--out", required=True)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--inner-steps", type=int, default=10)
-    parser.add_argument("--sharding", choices=["iid", "noniid"], default="iid")
+    parser.add_argument("--model", choices=["mlp", "gpt"], default="mlp")
+    parser.add_argument("--sharding", choices=["iid", "noniid", "genre"], default="iid",
+                        help="mlp: iid or noniid; gpt: iid or genre")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--miss-prob", type=float, default=0.0, help="probability that a worker misses a round")
     parser.add_argument("--absent", default=None, help=f"a schedule of absences, {ABSENT_FORMAT}")
@@ -216,9 +226,64 @@ def _injected_fault(spec: str | None, world: int, rounds: int) -> Fault | None:
     return fault
 
 
+def _gpt_params(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    return {k: p.detach().numpy().copy() for k, p in model.named_parameters()}
+
+
+def main_gpt(args: argparse.Namespace, rank: int, world: int) -> None:
+    """DiLoCo on the GPT, one rank per worker (see the module docstring); rank 0 writes the history."""
+    from trainsys.diloco.gpt_experiment import run_config, task
+    from trainsys.diloco.language_model import sample_windows
+    from trainsys.models.gpt import GPT
+
+    if args.sharding not in ("iid", "genre"):
+        raise ValueError(f"--sharding must be iid or genre with --model gpt, got {args.sharding!r}")
+    if args.miss_prob or args.absent or args.staleness or args.fault:
+        raise ValueError("--model gpt runs without fault options (--miss-prob, --absent, --staleness, --fault)")
+    torch.set_num_threads(1)
+    lm = task(args.sharding, world)
+    cfg = dataclasses.replace(run_config("diloco", world, args.inner_steps, args.inner_steps * args.rounds, 0,
+                                         args.seed), eval_every=0)
+    run = lm.setup_run(cfg)
+    shard, rng = lm.shards[rank], run["worker_rngs"][rank]
+    global_model, worker_model = GPT(lm.gpt_config(cfg)), GPT(lm.gpt_config(cfg))
+    with torch.no_grad():
+        for model in (global_model, worker_model):
+            for name, p in model.named_parameters():
+                p.copy_(torch.from_numpy(run["params"][name]))
+    inner = torch.optim.AdamW(worker_model.parameters(), lr=cfg.inner_lr, betas=(cfg.beta1, cfg.beta2),
+                              eps=cfg.eps, weight_decay=cfg.weight_decay)
+    outer = torch.optim.SGD(global_model.parameters(), lr=cfg.outer_lr, momentum=cfg.outer_momentum, nesterov=True)
+    history = []
+    for t in range(1, cfg.rounds + 1):
+        with torch.no_grad():
+            for w, g in zip(worker_model.parameters(), global_model.parameters()):
+                w.copy_(g)
+        for _ in range(cfg.inner_steps):
+            x, y = sample_windows(shard, cfg.batch_size, cfg.context, rng)  # (B, T) each, the simulation's draw
+            inner.zero_grad()
+            worker_model(torch.from_numpy(x), torch.from_numpy(y))[1].backward()
+            inner.step()
+        outer.zero_grad()
+        for w, g in zip(worker_model.parameters(), global_model.parameters()):
+            total = w.detach().clone()
+            dist.all_reduce(total)  # the round's only communication: Σ_k θ_k
+            g.grad = g.detach() - total / world  # pseudo-gradient θ_global − mean θ_k
+        outer.step()
+        if rank == 0:
+            history.append({"round": t, **lm.evaluate(run, _gpt_params(global_model))})
+    write_result(args.out, {"history": history, "world_size": world, "model": "gpt", "sharding": args.sharding})
+    finish()
+
+
 def main() -> None:
     args = _arguments()
     rank, world = init_process_group()
+    if args.model == "gpt":
+        main_gpt(args, rank, world)
+        return
+    if args.sharding == "genre":
+        raise ValueError("--sharding genre is for --model gpt; the MLP takes iid or noniid")
     require_int("--fingerprint-every", args.fingerprint_every, minimum=1)
     p, sched, stale_of, weighting = _faults(args, world)
     fault = _injected_fault(args.fault, world, args.rounds)
