@@ -394,18 +394,23 @@ for folder in ("/tmp", os.path.expanduser("~"), "/dev/shm"):
 # Memory fan-outs (issue 23): processes of 0.8 GB each, every page written, held for 3 s. Six pass the
 # grading run's per-sandbox cap (tests/test_hostile_class.py: --sandbox-memory-mb 2560); @N@ more than the
 # machine's memory. Run with a wrong answer: its points are 0 whether the cap ends children or the answer.
-MEMORY_FAN_OUT = PRELUDE + '''
-def fan_out(n, mib=800):
+# fan_out(n, mib) forks n children that each fill mib MiB (chunk MiB at a time, every page written), hold it
+# for hold seconds and exit; it returns how many of them a signal ended (the OOM killer's, the cap's SIGKILL).
+FAN_OUT = '''
+import os, time
+def fan_out(n, mib, chunk=10, hold=1.0):
     children = []
     for _ in range(n):
         pid = os.fork()
         if pid == 0:
-            held = [b"x" * (50 * 2**20) for _ in range(mib // 50)]
-            time.sleep(3)
+            held = [b"x" * (chunk * 2**20) for _ in range(mib // chunk)]
+            time.sleep(hold)
             os._exit(0)
         children.append(pid)
-    return f"{sum(os.WIFSIGNALED(os.waitpid(pid, 0)[1]) for pid in children)} of {n} stopped by a signal"
-attempt("@N@ processes of 0.8 GB", lambda: fan_out(@N@))
+    return sum(os.WIFSIGNALED(os.waitpid(pid, 0)[1]) for pid in children)
+'''
+MEMORY_FAN_OUT = PRELUDE + FAN_OUT + '''
+attempt("@N@ processes of 0.8 GB", lambda: f"{fan_out(@N@, 800, 50, 3.0)} of @N@ stopped by a signal")
 '''
 
 

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tests.hostile_class import FAN_OUT
 from trainsys.autograde import sandbox as sb
 from trainsys.autograde.isolation import IsolationUnavailable, StudentProcess
 from trainsys.autograde.runner import _limit_memory, sandbox_memory_default
@@ -20,22 +21,6 @@ from trainsys.autograde.sandbox import SandboxConfig, wrap
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")
 MIB = 2**20
-
-# Forks ``n`` children that each fill ``mib`` MiB (10 MiB at a time, every page written) and hold it for a
-# moment; returns how many of them a signal ended (the OOM killer's SIGKILL).
-FAN_OUT = '''
-import os, time
-def fan_out(n, mib):
-    children = []
-    for _ in range(n):
-        pid = os.fork()
-        if pid == 0:
-            held = [b"x" * (10 * 2**20) for _ in range(mib // 10)]
-            time.sleep(1.0)
-            os._exit(0)
-        children.append(pid)
-    return sum(os.WIFSIGNALED(os.waitpid(pid, 0)[1]) for pid in children)
-'''
 
 
 def test_the_sandbox_is_the_oom_killers_first_pick() -> None:
