@@ -220,18 +220,24 @@ def test_every_worker_sends_exactly_the_padded_bound_every_step(runs, N: int, st
 
 @pytest.mark.parametrize("stage", [2, 3])
 def test_stages_2_and_3_communicate_layer_by_layer_in_backward_order(runs, stage: int) -> None:
-    L = len(WIDTHS) - 1
-    events = []
-    for m in runs[4, stage]["log"]:
-        if m["step"] == 1 and (not events or events[-1] != (m["phase"], m["layer"])):
-            events.append((m["phase"], m["layer"]))
-    backward = [("gradient reduce-scatter", l) for l in reversed(range(L))]
-    if stage == 2:
-        assert events == backward + [("parameter all-gather", None)]
-    else:
-        forward = [("forward all-gather", l) for l in range(L)]
-        assert events == forward + [e for l in reversed(range(L))
-                                    for e in (("backward all-gather", l), ("gradient reduce-scatter", l))]
+    # the workers run their passes one after the other: each worker's own messages (the layers it receives,
+    # what it sends otherwise) follow the schedule; a layer inside the worker's own shard sends nothing
+    L, lay = len(WIDTHS) - 1, runs[4, stage]["layout"]
+    for k in range(4):
+        events = []
+        for m in runs[4, stage]["log"]:
+            gathered = m["phase"] in ("forward all-gather", "backward all-gather")
+            if m["step"] == 1 and (m["receiver"] if gathered else m["sender"]) == k and \
+                    (not events or events[-1] != (m["phase"], m["layer"])):
+                events.append((m["phase"], m["layer"]))
+        travels = {l for l in range(L) if any(j != k for j, _, _ in lay.pieces(lay.layers[l][0], lay.layers[l][3]))}
+        backward = [("gradient reduce-scatter", l) for l in reversed(range(L)) if l in travels]
+        if stage == 2:
+            assert events == backward + [("parameter all-gather", None)], k
+        else:
+            forward = [("forward all-gather", l) for l in range(L) if l in travels]
+            assert events == forward + [e for l in reversed(range(L)) if l in travels
+                                        for e in (("backward all-gather", l), ("gradient reduce-scatter", l))], k
 
 
 # --- bytes held ---------------------------------------------------------------------------------------

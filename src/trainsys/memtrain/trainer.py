@@ -99,14 +99,7 @@ from trainsys.memtrain.data_parallel import flatten_params, shard_dataset_across
 from trainsys.memtrain.measure import peak_memory_bytes
 from trainsys.memtrain.memory import memory_report
 from trainsys.memtrain.mixed_precision import init_loss_scaler, update_loss_scale
-from trainsys.memtrain.mlp import (
-    first_linear_backward,
-    linear_backward,
-    linear_forward,
-    make_synthetic_regression_batch,
-    relu_backward,
-    relu_forward,
-)
+from trainsys.memtrain.mlp import make_synthetic_regression_batch
 from trainsys.memtrain.ring_allreduce import ring_all_reduce_mean, ring_bytes_per_worker
 
 DEFAULTS: dict[str, Any] = {
@@ -203,13 +196,9 @@ class _ShardedExchange:
         flat = np.zeros(hi - lo, np.float32)  # (|R_l|,); the padding has gradient 0
         flat[:w_stop - lo] = (dW.astype(np.float32) / np.float32(scale)).reshape(-1) * self.factor
         flat[w_stop - lo:b_stop - lo] = (db.astype(np.float32) / np.float32(scale)) * self.factor
-        s = self.lay.shard
-        for j, a, b in self.lay.pieces(lo, hi):
-            piece = flat[a - lo:b - lo]
-            if j != self.rank:
-                piece = zs.send_message(self.log, piece, step=0, phase="gradient reduce-scatter", layer=l,
-                                        sender=self.rank, receiver=j)
-            self.shards[j][a - j * s:b - j * s] += piece
+        zs.reduce_scatter_add_(self.rank, self.owners, self.lay, lo, hi, flat, lo,
+                               lambda owner: (self.shards[owner.rank], self.lay.shard_range(owner.rank)[0]), self.log,
+                               step=0, phase="gradient reduce-scatter", layer=l)
 
     def mean_shards(self) -> list[np.ndarray]:
         """Each owner's shard of the mean gradient over workers: its sum divided by ``N`` (new arrays)."""
@@ -218,64 +207,42 @@ class _ShardedExchange:
 
 def _worker_gradient(params: dict, X: np.ndarray, Y: np.ndarray, c: dict, scale: float,
                      exchange: _ShardedExchange | None = None) -> tuple[dict | None, float]:
-    """One worker's forward and backward passes over its micro-batches, layer by layer; Σ of its losses.
+    """One worker's passes over its micro-batches (:func:`~trainsys.memtrain.zero_stages.layer_by_layer_pass`,
+    checkpointed with ``segment_size``); returns ``(accumulator or None, Σ of its per-example losses)``.
 
     Without ``exchange`` (stages 0–1) each layer's gradient is unscaled into a float32 accumulator shaped like
     ``params``, returned: Σ over the worker's examples of the per-example loss gradient. With it (stages 2–3, worker
-    ``exchange.rank``) each layer's gradient goes to :meth:`_ShardedExchange.reduce_scatter` as soon as it is made
-    and is dropped; at stage 3 each layer is all-gathered just before its forward and again before its segment's
-    backward (recomputation included) and freed after use. Returns ``(accumulator or None, Σ losses)``. The layer
-    operations are :func:`~trainsys.memtrain.checkpointing.deep_mlp_forward`'s / ``_backward``'s and the
-    checkpointed ones' (same functions, same order): the gradients are theirs bit for bit.
+    ``exchange.rank``) each layer's gradient goes to :meth:`_ShardedExchange.reduce_scatter` as soon as it is made;
+    at stage 3 each layer is all-gathered just before its forward and again before its backward unit (a checkpoint
+    segment's layers together, for its rebuild) and freed after use.
     """
     dtype = np.float16 if c["precision"] == "mixed" else np.float32
-    L, seg = len(params) // 2, c["segment_size"]
     stage3 = exchange is not None and exchange.flat is not None
     held = None if stage3 else dict(enumerate(_layers(params, dtype)))
+    acc = None if exchange is not None else {key: np.zeros_like(value) for key, value in params.items()}
+    loss_sum = 0.0
 
     def fetch(ls: Sequence[int], phase: str) -> dict[int, dict[str, np.ndarray]]:
         return exchange.gather(ls, phase) if stage3 else {l: held[l] for l in ls}
 
-    def forward(layer: dict, a: np.ndarray, l: int) -> np.ndarray:
-        z = linear_forward(a, layer["W"], layer["b"])  # (rows, w_{l+1})
-        return relu_forward(z) if l < L - 1 else z
+    def emit(l: int, dW: np.ndarray, db: np.ndarray) -> None:
+        if exchange is None:
+            acc[f"W{l}"] += dW.astype(np.float32) / np.float32(scale)  # unscale in float32
+            acc[f"b{l}"] += db.astype(np.float32) / np.float32(scale)
+        else:
+            exchange.reduce_scatter(l, dW, db, scale)
 
-    acc = None if exchange is not None else {key: np.zeros_like(value) for key, value in params.items()}
-    # the backward's units: one layer (plain), or a segment, whose layers are gathered together for its rebuild
-    segments = [(l, l + 1) for l in range(L)] if seg is None else [(a, min(a + seg, L)) for a in range(0, L, seg)]
-    loss_sum = 0.0
     for start, stop in micro_batch_bounds(len(X), c["num_micro_batches"]):
-        x, y = X[start:stop].astype(dtype), Y[start:stop]
-        kept, a = [], x  # plain: every layer's input a_0 … a_{L-1}; checkpointed: each segment's first input
-        for l in range(L):
-            if seg is None or l % seg == 0:
-                kept.append(a)
-            a = forward(fetch([l], "forward all-gather")[l], a, l)
-        diff = a.astype(np.float32) - y  # (rows, d_out), float32
-        loss_sum += float(np.sum(diff.astype(np.float64) ** 2)) / y.shape[1]
-        g = (diff * (2.0 * scale / y.shape[1])).astype(dtype)  # gradient of scale · Σ per-example losses
-        del a, diff
-        for first, last in reversed(segments):
-            layers = fetch(range(first, last), "backward all-gather")
-            inputs = kept if seg is None else [kept.pop()]
-            if seg is not None:
-                for l in range(first, last - 1):  # rebuild the segment's inputs from its first
-                    inputs.append(forward(layers[l], inputs[-1], l))
-            for l in range(last - 1, first - 1, -1):
-                a_l = inputs.pop()
-                if l == 0:
-                    dW, db = first_linear_backward(g, a_l)
-                else:
-                    dA, dW, db = linear_backward(g, a_l, layers[l]["W"])  # dA: (rows, w_l)
-                    g = relu_backward(dA, a_l)  # mask 1[a_l > 0]
-                    del dA
-                del layers[l], a_l  # stage 3: this layer's gathered copy is freed
-                if exchange is None:
-                    acc[f"W{l}"] += dW.astype(np.float32) / np.float32(scale)  # unscale in float32
-                    acc[f"b{l}"] += db.astype(np.float32) / np.float32(scale)
-                else:
-                    exchange.reduce_scatter(l, dW, db, scale)
-                del dW, db
+        y = Y[start:stop]  # (rows, d_out)
+
+        def loss_gradient(Y_hat: np.ndarray) -> np.ndarray:
+            nonlocal loss_sum
+            diff = Y_hat.astype(np.float32) - y  # (rows, d_out), float32
+            loss_sum += float(np.sum(diff.astype(np.float64) ** 2)) / y.shape[1]
+            return (diff * (2.0 * scale / y.shape[1])).astype(dtype)  # gradient of scale · Σ per-example losses
+
+        zs.layer_by_layer_pass(X[start:stop].astype(dtype), len(params) // 2, fetch, lambda l: None, loss_gradient,
+                               emit, c["segment_size"])
     return acc, loss_sum
 
 

@@ -18,6 +18,11 @@ Ba 2015, in float32: memory.py's ``"fp32"`` precision) and really run each stage
   parameters are all-gathered, used and freed; again before its backward; then its gradients are
   reduce-scattered; each worker updates only its shard (no all-gather after the step).
 
+Each worker's forward and backward passes are :func:`layer_by_layer_pass`, the one home of this schedule
+(Lesson 40's :func:`~trainsys.memtrain.trainer.train` runs it too, with micro-batches, checkpointing and
+float16); the simulation runs the workers one after the other, and a reduce-scatter adds each sender's pieces
+into the owners' shards as they arrive (:func:`reduce_scatter_add_`), dividing by ``N`` once all have sent.
+
 **Layout.** With :math:`\Psi` parameters the flat vector (layer 0's ``W`` raveled, then ``b``, then
 layer 1, …) is padded with zeros to :math:`P = N s`, :math:`s = \lceil \Psi / N \rceil`, and worker
 ``k`` owns shard :math:`S_k = [ks, (k+1)s)` (:func:`~trainsys.memtrain.zero.partition_optimizer_state`'s
@@ -116,7 +121,7 @@ from trainsys._validation import describe, require_float_array, require_int
 from trainsys.memtrain.accumulation import micro_batch_bounds
 from trainsys.memtrain.checkpointing import Layer, validate_deep_params, validate_layer_widths
 from trainsys.memtrain.memory import compute_optimizer_memory_bytes
-from trainsys.memtrain.mlp import linear_forward, relu_backward, relu_forward
+from trainsys.memtrain.mlp import first_linear_backward, linear_backward, linear_forward, relu_backward, relu_forward
 from trainsys.memtrain.ring_allreduce import ring_chunk_bounds
 from trainsys.memtrain.zero import TORCH_ADAM_DEFAULTS, validate_adam_hp
 
@@ -252,16 +257,13 @@ class ZeroWorker:
 
     Workers touch only their own arrays; values cross between workers only through
     :func:`send_message`. ``held[cls][name]`` is an array owning its memory; ``peak[cls]`` the largest
-    ``Σ nbytes`` of class ``cls`` since the last :meth:`reset_peaks`; ``adam_steps`` the Adam updates taken;
-    ``activations`` the step's kept layer inputs and ``signal`` what flows through the layers (not measured).
+    ``Σ nbytes`` of class ``cls`` since the last :meth:`reset_peaks`; ``adam_steps`` the Adam updates taken.
     """
 
     rank: int
     held: dict[str, dict[str, np.ndarray]] = field(default_factory=lambda: {c: {} for c in CLASSES})
     peak: dict[str, int] = field(default_factory=lambda: {c: 0 for c in CLASSES})
     adam_steps: int = 0
-    activations: list[np.ndarray] = field(default_factory=list)
-    signal: np.ndarray | None = None
 
     def hold(self, cls: str, name: str, array: np.ndarray) -> np.ndarray:
         """Keep ``array`` (which must own its memory) as ``held[cls][name]``, update the peak, return it."""
@@ -413,18 +415,81 @@ def _layer_views(flat: np.ndarray, base: int, layout: ZeroLayout, l: int) -> tup
     return flat[lo - base:w_stop - base].reshape(w_in, w_out), flat[w_stop - base:b_stop - base]
 
 
-def _layer_backward_into(a: np.ndarray, g: np.ndarray, W: np.ndarray, dW: np.ndarray, db: np.ndarray,
-                         first: bool) -> np.ndarray | None:
-    """Layer gradients written straight into ``dW``, ``db`` (no extra gradient array); returns ∂L/∂(previous z).
+def reduce_scatter_add_(sender: int, owners: Sequence[ZeroWorker], layout: ZeroLayout, lo: int, hi: int,
+                        values: np.ndarray, base: int, dest: Locator, log: list[dict], *, step: int, phase: str,
+                        layer: int | None) -> None:
+    """Worker ``sender``'s values on ``[lo, hi)`` (``values[x - base]``) added into each owner's shard, piece by piece.
 
-    ``a``: the layer's input, ``g``: ∂L/∂z of the layer; the operations of
-    :func:`~trainsys.memtrain.mlp.linear_backward` and the ReLU mask ``1[a > 0]`` of Part 3.
+    Owner ``j`` receives the piece ``[lo, hi) ∩ S_j`` (the sender's own piece does not travel) and adds it where
+    ``dest`` locates it. Run for every worker in turn, the owners' shards hold the sum in worker order; the
+    caller divides by ``N`` once the last has sent (with zero-initialised shards: the arithmetic of
+    :func:`reduce_scatter_mean_`, bit for bit).
     """
-    np.matmul(a.T, g, out=dW)  # (w_in, w_out)
-    np.sum(g, axis=0, out=db)  # (w_out,)
-    if first:
-        return None
-    return relu_backward(g @ W.T, a)  # (batch, w_in)
+    for j, a, b in layout.pieces(lo, hi):
+        piece = values[a - base:b - base]
+        if j != sender:
+            piece = send_message(log, piece, step=step, phase=phase, layer=layer, sender=sender, receiver=j)
+        out, out_base = dest(owners[j])
+        out[a - out_base:b - out_base] += piece
+
+
+def layer_by_layer_pass(x: np.ndarray, num_layers: int,
+                        fetch: Callable[[Sequence[int], str], dict[int, Layer]], release: Callable[[int], None],
+                        loss_gradient: Callable[[np.ndarray], np.ndarray],
+                        emit: Callable[[int, np.ndarray, np.ndarray], None], segment_size: int | None = None) -> None:
+    r"""One worker's forward and backward pass over its rows ``x: (rows, w_0)``, one layer at a time.
+
+    The schedule of ZeRO-3 (and of every stage: the hooks decide what a layer costs):
+
+    - ``fetch(ls, phase) → {l: {"W", "b"}}`` the layers ``ls``, in the compute dtype: before layer ``l``'s forward
+      (``phase = "forward all-gather"``) and before each backward unit (``"backward all-gather"``): one layer, or
+      with ``segment_size`` a checkpoint segment, whose layers serve its rebuild and its backward;
+    - ``release(l)`` when the pass is done with layer ``l``'s fetched copy: after its forward, after its backward
+      (the pass drops its own references then);
+    - ``loss_gradient(Ŷ) → ∂/∂Ŷ`` once, between the passes;
+    - ``emit(l, dW, db)`` layer ``l``'s gradient as soon as it is made (layers ``L-1 … 0``), then dropped.
+
+    Plain, the pass keeps every layer's input :math:`a_0 … a_{L-1}`; checkpointed (segments of ``segment_size``
+    layers, Chen et al. 2016) it keeps each segment's first input and rebuilds the others in the backward. The
+    layer operations are :func:`~trainsys.memtrain.checkpointing.deep_mlp_forward`'s and ``_backward``'s
+    (``linear_forward``, ``relu_forward``, ``linear_backward``, ``first_linear_backward``, ``relu_backward``, in
+    their order), so the gradients are theirs — and the checkpointed functions' — bit for bit.
+    """
+    L, seg = num_layers, segment_size
+
+    def forward(layer: Layer, a: np.ndarray, l: int) -> np.ndarray:
+        z = linear_forward(a, layer["W"], layer["b"])  # (rows, w_{l+1})
+        return relu_forward(z) if l < L - 1 else z
+
+    kept, a = [], x  # plain: every layer's input; checkpointed: each segment's first input
+    for l in range(L):
+        if seg is None or l % seg == 0:
+            kept.append(a)
+        layer = fetch([l], "forward all-gather")[l]
+        a = forward(layer, a, l)
+        del layer
+        release(l)
+    g = loss_gradient(a)  # (rows, d_out)
+    del a
+    units = [(l, l + 1) for l in range(L)] if seg is None else [(b, min(b + seg, L)) for b in range(0, L, seg)]
+    for first, last in reversed(units):
+        layers = fetch(range(first, last), "backward all-gather")
+        inputs = kept if seg is None else [kept.pop()]
+        if seg is not None:
+            for l in range(first, last - 1):  # rebuild the segment's inputs from its first
+                inputs.append(forward(layers[l], inputs[-1], l))
+        for l in range(last - 1, first - 1, -1):
+            a_l = inputs.pop()
+            if l == 0:
+                dW, db = first_linear_backward(g, a_l)  # (w_0, w_1), (w_1,)
+            else:
+                dA, dW, db = linear_backward(g, a_l, layers[l]["W"])  # dA: (rows, w_l)
+                g = relu_backward(dA, a_l)  # mask 1[a_l > 0]
+                del dA
+            del layers[l], a_l
+            release(l)
+            emit(l, dW, db)
+            del dW, db
 
 
 # --- the simulation -----------------------------------------------------------------------------------
@@ -512,20 +577,38 @@ def train_zero(params: Sequence[Layer], X: np.ndarray, Y: np.ndarray, *, stage: 
     def shard_of(cls: str, name: str) -> Locator:
         return lambda w: (w.get(cls, name), lay.shard_range(w.rank)[0])
 
-    def layer_buf(cls: str, l: int) -> Locator:
-        return lambda w: (w.get(cls, "layer"), lay.layers[l][0])
+    def fetch(w: ZeroWorker, t: int) -> Callable[[Sequence[int], str], dict[int, Layer]]:
+        def layers(ls: Sequence[int], phase: str) -> dict[int, Layer]:
+            out = {}
+            for l in ls:
+                if stage == 3:  # all-gather R_l into a fresh buffer, held until release
+                    lo, _, _, hi = lay.layers[l]
+                    buf = w.hold("parameters", f"layer {l}", np.empty(hi - lo, np.float32))
+                    gather_to_(w.rank, workers, lay, lo, hi, shard_of("parameters", "shard"), buf, lo, log, step=t,
+                               phase=phase, layer=l)
+                    out[l] = dict(zip(("W", "b"), _layer_views(buf, lo, lay, l)))
+                else:
+                    out[l] = dict(zip(("W", "b"), _layer_views(w.get("parameters", "full"), 0, lay, l)))
+            return out
+        return layers
 
-    def layer_params(w: ZeroWorker, l: int) -> tuple[np.ndarray, np.ndarray]:
-        if stage == 3:  # the gathered layer
-            return _layer_views(w.get("parameters", "layer"), lay.layers[l][0], lay, l)
-        return _layer_views(w.get("parameters", "full"), 0, lay, l)
+    def release(w: ZeroWorker) -> Callable[[int], None]:
+        return lambda l: w.release("parameters", f"layer {l}") if stage == 3 else None
 
-    def gather_layer(l: int, phase: str, t: int) -> None:  # stage 3: all-gather R_l into a fresh buffer
-        lo, _, _, hi = lay.layers[l]
-        for w in workers:
-            w.hold("parameters", "layer", np.empty(hi - lo, np.float32))
-        all_gather_(workers, lay, lo, hi, shard_of("parameters", "shard"), layer_buf("parameters", l), log,
-                    step=t, phase=phase, layer=l)
+    def emit(w: ZeroWorker, t: int) -> Callable[[int, np.ndarray, np.ndarray], None]:
+        def gradient(l: int, dW: np.ndarray, db: np.ndarray) -> None:
+            if stage <= 1:  # into the full gradient
+                W_grad, b_grad = _layer_views(w.get("gradients", "full"), 0, lay, l)
+                W_grad[...], b_grad[...] = dW, db
+                return
+            lo, _, _, hi = lay.layers[l]  # stages 2, 3: reduce-scatter this layer's gradients now, then free them
+            buf = w.hold("gradients", "layer", np.zeros(hi - lo, np.float32))  # the padding has gradient 0
+            W_grad, b_grad = _layer_views(buf, lo, lay, l)
+            W_grad[...], b_grad[...] = dW, db
+            reduce_scatter_add_(w.rank, workers, lay, lo, hi, buf, lo, shard_of("gradients", "shard"), log, step=t,
+                                phase="gradient reduce-scatter", layer=l)
+            w.release("gradients", "layer")
+        return gradient
 
     losses, peaks = [], [{c: 0 for c in CLASSES} for _ in range(N)]
     for t in range(steps):
@@ -533,58 +616,25 @@ def train_zero(params: Sequence[Layer], X: np.ndarray, Y: np.ndarray, *, stage: 
         bounds = micro_batch_bounds(B, N)
         for w in workers:
             w.reset_peaks()
-
-        # forward: each worker keeps its layers' inputs a_0 … a_{L-1}; its signal ends as Ŷ_k
-        for w, (a, b) in zip(workers, bounds):
-            w.activations, w.signal = [], Xb[a:b]
-        for l in range(L):
-            if stage == 3:
-                gather_layer(l, "forward all-gather", t)
-            for w in workers:
-                W, bias = layer_params(w, l)
-                w.activations.append(w.signal)
-                z = linear_forward(w.signal, W, bias)  # (n_k, w_{l+1})
-                w.signal = relu_forward(z) if l < L - 1 else z
-            if stage == 3:
-                for w in workers:
-                    w.release("parameters", "layer")
-
-        # loss and output gradient: worker k's gradient is (N / B) S_k, so the workers' mean is the batch's
-        d_out = Yb.shape[1]
-        loss_sum = 0.0
-        for w, (a, b) in zip(workers, bounds):
-            diff = w.signal - Yb[a:b]  # (n_k, d_out)
-            loss_sum += float(np.sum(diff.astype(np.float64) ** 2)) / d_out  # read by the driver, not sent
-            w.signal = diff * (2.0 * N / (B * d_out))  # ∂/∂Ŷ_k of (N/B) · Σ over the worker's examples of ℓ_e
-        losses.append(loss_sum / B)
-
-        # backward
-        for w in workers:
             if stage <= 1:
                 w.hold("gradients", "full", np.zeros(P, np.float32))
             else:
                 w.hold("gradients", "shard", np.zeros(s, np.float32))
-        for l in range(L - 1, -1, -1):
-            lo, _, _, hi = lay.layers[l]
-            if stage == 3:
-                gather_layer(l, "backward all-gather", t)
+
+        # each worker's forward and backward (layer_by_layer_pass), one after the other; worker k's gradient is
+        # (N / B) S_k, so the workers' mean is the batch's; the loss is read by the driver, not sent
+        d_out, loss_sum = Yb.shape[1], 0.0
+        for w, (a, b) in zip(workers, bounds):
+            def loss_gradient(Y_hat: np.ndarray, y: np.ndarray = Yb[a:b]) -> np.ndarray:
+                nonlocal loss_sum
+                diff = Y_hat - y  # (n_k, d_out)
+                loss_sum += float(np.sum(diff.astype(np.float64) ** 2)) / d_out
+                return diff * (2.0 * N / (B * d_out))  # ∂/∂Ŷ_k of (N/B) · Σ over the worker's examples of ℓ_e
+            layer_by_layer_pass(Xb[a:b], L, fetch(w, t), release(w), loss_gradient, emit(w, t))
+        losses.append(loss_sum / B)
+        if stage >= 2:  # every worker has sent: each shard holds the sum in worker order
             for w in workers:
-                if stage <= 1:
-                    dW, db = _layer_views(w.get("gradients", "full"), 0, lay, l)
-                else:
-                    buf = w.hold("gradients", "layer", np.empty(hi - lo, np.float32))
-                    buf[lay.layers[l][2] - lo:] = 0  # the padding (last layer only) has gradient 0
-                    dW, db = _layer_views(buf, lo, lay, l)
-                a_l = w.activations.pop()  # the layer's input, no longer needed after this layer
-                w.signal = _layer_backward_into(a_l, w.signal, layer_params(w, l)[0], dW, db, first=l == 0)
-            if stage == 3:
-                for w in workers:
-                    w.release("parameters", "layer")
-            if stage >= 2:  # reduce-scatter this layer's gradients now, then free them
-                reduce_scatter_mean_(workers, lay, lo, hi, layer_buf("gradients", l), shard_of("gradients", "shard"),
-                                     log, step=t, phase="gradient reduce-scatter", layer=l)
-                for w in workers:
-                    w.release("gradients", "layer")
+                w.get("gradients", "shard")[...] /= np.float32(N)
 
         # gradient exchange (stages 0, 1) and Adam
         if stage == 0:
