@@ -112,3 +112,16 @@ def test_m1_39_gpu_check_says_no_gpu_and_succeeds_without_one(capsys, monkeypatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpu_check.main() == 0
     assert capsys.readouterr().out.startswith("no GPU")
+
+
+def test_m1_39_zero1_misses_1_over_n_exactly_as_its_whole_tensor_partition_says() -> None:
+    """ZeroRedundancyOptimizer's fullest rank holds more than 8Ψ/N of Adam's state: largest tensors first, each to
+    the least-loaded rank. The partition, replayed without processes, gives every recorded rank's bytes."""
+    assert mm.zero1_partition([5, 4, 3, 3, 1], 2) == [[5, 3], [4, 3, 1]]
+    runs = [s for s in load_record("memory-gpt")["extra"]["sharded"] if s["stage"] == 1]
+    assert runs
+    for run in runs:
+        config, _ = SHAPES[run["shape"]]
+        numels = [p.numel() for p in GPT(config).parameters()]
+        predicted = [8 * sum(r) + 4 * len(r) for r in mm.zero1_partition(numels, run["workers"])]
+        assert [r["optimizer_states"] for r in run["ranks"]] == predicted == run["partition_optimizer_states"]

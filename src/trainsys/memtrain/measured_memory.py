@@ -361,18 +361,37 @@ def compare_step(config: GPTConfig, batch_size: int, precision: str = "fp32", re
             "error": {c: relative_error(pred[c], measured[c]) for c in CATEGORIES}}
 
 
+def zero1_partition(numels: list[int], world_size: int) -> list[list[int]]:
+    """The tensors (their element counts) ``ZeroRedundancyOptimizer`` gives each rank: largest first, each to the
+    rank with the fewest elements so far (the first such rank on a tie) — whole tensors, so a rank can hold more
+    than :math:`1/N`. Its Adam state is then ``8·sum + 4·len`` bytes in fp32 (two moments, a ``step`` scalar)."""
+    n = require_int("world_size", world_size, minimum=1)
+    ranks: list[list[int]] = [[] for _ in range(n)]
+    sizes = [0] * n
+    for numel in sorted(numels, reverse=True):
+        r = sizes.index(min(sizes))
+        ranks[r].append(numel)
+        sizes[r] += numel
+    return ranks
+
+
 def compare_sharded(config: GPTConfig, world_size: int, stage: int, batch_size: int = 2) -> dict:
     """Per-rank bytes under ZeRO ``stage`` (:func:`measure_sharded`) against the explorer's per-worker bytes.
 
-    The error of each category is that of the fullest rank (the one that must fit)."""
+    The error of each category is that of the fullest rank (the one that must fit). At stage 1 also
+    ``partition_optimizer_states``: each rank's Adam bytes predicted from :func:`zero1_partition`."""
     from trainsys.memtrain.transformer_memory import transformer_memory
 
     ranks = measure_sharded(config, world_size, stage, batch_size)
     predicted = transformer_memory(explorer_config(config, batch_size, "fp32", "none", stage, world_size))
     states = CATEGORIES[:3]
     worst = {c: max(r[c] for r in ranks) for c in states}
-    return {"ranks": ranks, "measured": worst, "predicted": {c: predicted[c] for c in states},
-            "error": {c: relative_error(predicted[c], worst[c]) for c in states}}
+    out = {"ranks": ranks, "measured": worst, "predicted": {c: predicted[c] for c in states},
+           "error": {c: relative_error(predicted[c], worst[c]) for c in states}}
+    if stage == 1:
+        numels = [p.numel() for p in GPT(config).parameters()]
+        out["partition_optimizer_states"] = [8 * sum(r) + 4 * len(r) for r in zero1_partition(numels, world_size)]
+    return out
 
 
 # --- the peak of a whole step (torch.profiler's memory timeline) ------------------------------------------

@@ -29,7 +29,8 @@ SHAPES: dict[str, tuple[GPTConfig, int]] = {
 }
 """Shape name → (model configuration, micro-batch)."""
 GRID = list(itertools.product(SHAPES, PRECISIONS, RECOMPUTE))
-SHARDED = [("small GPT (L2 h64 a4 s64)", n, stage) for n in (2, 4) for stage in (1, 3)]
+SHARDED = [("small GPT (L2 h64 a4 s64)", n, stage) for n in (2, 4) for stage in (1, 3)] + \
+    [("L4 h128 a4 s128", 3, stage) for stage in (1, 3)]
 QUICK = [("small GPT (L2 h64 a4 s64)", "fp32", "none"), ("L4 h128 a4 s128", "autocast_bf16", "selective"),
          ("one head, one sequence (L3 h48 s32)", "fp32", "full")]
 """The configurations CI re-measures (``tests/test_measured_memory.py``)."""
@@ -106,7 +107,8 @@ def memory_gpt_section(quick: bool = False, workers: int = 1) -> dict:
                         "parameters %", "gradients %", "optimizer %"],
             "rows": [[name, n, stage, *(s["measured"][c] for c in CATEGORIES[:3]),
                       *(_pct(s["error"][c]) for c in CATEGORIES[:3])] for name, n, stage, s in sharded],
-            "caption": "Stage 1: ZeroRedundancyOptimizer (whole tensors per rank); stage 3: FSDP2 fully_shard."}
+            "caption": "Stage 1: ZeroRedundancyOptimizer (whole tensors per rank: its fullest rank is what "
+                       "zero1_partition predicts, byte for byte, see the record's extra); stage 3: FSDP2 fully_shard."}
         figures["peak"] = {
             "columns": ["precision", "recompute", "measured peak", "explorer total", "explorer vs peak %",
                         "at peak: parameters", "optimizer", "gradients", "activations",
@@ -117,13 +119,14 @@ def memory_gpt_section(quick: bool = False, workers: int = 1) -> dict:
     config = {"shapes": {k: [v[0].__dict__, v[1]] for k, v in SHAPES.items()}, "precisions": list(PRECISIONS),
               "recompute": list(RECOMPUTE), "sharded": SHARDED, "optimizer": "Adam", "dropout_masks": "dtype (CPU)",
               "checkpoint": "torch.utils.checkpoint, use_reentrant=True"}
-    record = {"figures": figures, "config": config, "extra": {"rows": rows}}
+    extra = {"rows": rows, "sharded": [{"shape": name, "workers": n, "stage": stage, **s} for name, n, stage, s in sharded]}
+    record = {"figures": figures, "config": config, "extra": extra}
     if not quick:
         record = write_record("memory-gpt", datasets=[], config=config, seeds=[0], figures=figures,
                               wall_s=time.perf_counter() - start,
                               notes="Synthetic token ids (bytes do not depend on the data). Errors are "
                                     "(explorer - measured) / measured. Load average at the end: "
-                                    f"{os.getloadavg()}.", extra={"rows": rows})
+                                    f"{os.getloadavg()}.", extra=extra)
     return record
 
 

@@ -113,7 +113,8 @@ Left out, each under 1 % of the activations for :math:`h \ge 32`: LayerNorm's sa
 :math:`1/\sigma` (8 bytes per token per norm), the int64 token ids, targets and positions. Where the
 measurement differs: with one head and one sequence the per-head view is already contiguous and no copy is
 made (selective overcounts by :math:`3\,th\,e`); ``ZeroRedundancyOptimizer`` gives whole tensors to ranks,
-so its fullest rank holds more than :math:`1/N` of Adam's state. The measured errors are in the record
+so its fullest rank holds more than :math:`1/N` of Adam's state (replayed exactly by
+:func:`trainsys.memtrain.measured_memory.zero1_partition`). The measured errors are in the record
 ``memory-gpt`` (``make bench`` prints their maximum per category).
 
 Recomputation, per layer, stored / transient during that layer's backward:
