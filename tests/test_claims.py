@@ -224,3 +224,25 @@ def test_torch_checkpoint_reruns_every_layer_of_every_segment(segment: int) -> N
         a = checkpoint(block, a, lo, lo + segment, use_reentrant=False)
     a.sum().backward()
     assert calls == [2] * 16  # one forward, one recomputation, for every layer
+
+
+def test_torch_load_state_dict_refuses_missing_keys_and_casts_dtypes() -> None:
+    import torch
+
+    model = torch.nn.Linear(2, 1)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        model.load_state_dict({"weight": torch.zeros(1, 2)})
+    precise = {"weight": torch.full((1, 2), 1 / 3, dtype=torch.float64), "bias": torch.zeros(1, dtype=torch.float64)}
+    model.load_state_dict(precise)  # no error: the float64 values are rounded into the float32 parameter
+    assert model.weight.dtype == torch.float32
+    assert float(model.weight[0, 0]) != 1 / 3 and abs(float(model.weight[0, 0]) - 1 / 3) < 2**-24
+
+
+def test_torch_zeros_and_type_promotion() -> None:
+    import torch
+
+    zero = torch.zeros(3)
+    assert zero.dtype == torch.float32 and zero.device.type == "cpu"
+    assert (zero + torch.ones(3, dtype=torch.float16)).dtype == torch.float32
+    assert (zero + torch.ones(3, dtype=torch.int64)).dtype == torch.float32
+    assert (torch.tensor([True, False]) * 0).dtype == torch.int64
