@@ -246,3 +246,24 @@ def test_torch_zeros_and_type_promotion() -> None:
     assert (zero + torch.ones(3, dtype=torch.float16)).dtype == torch.float32
     assert (zero + torch.ones(3, dtype=torch.int64)).dtype == torch.float32
     assert (torch.tensor([True, False]) * 0).dtype == torch.int64
+
+
+def test_torch_sgd_dampening_starts_from_an_undamped_copy() -> None:
+    import torch
+
+    w = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=1.0, momentum=0.9, dampening=0.5)
+    buffers = []
+    for g in (2.0, 4.0):
+        w.grad = torch.tensor([g], dtype=torch.float64)
+        opt.step()
+        buffers.append(float(opt.state[w]["momentum_buffer"]))
+    assert buffers == [2.0, 0.9 * 2.0 + 0.5 * 4.0]  # first: g undamped; then mu b + (1 - tau) g
+
+
+def test_torch_all_reduce_sums_by_default() -> None:
+    import inspect
+
+    import torch.distributed as dist
+
+    assert inspect.signature(dist.all_reduce).parameters["op"].default == dist.ReduceOp.SUM
