@@ -250,3 +250,27 @@ def diloco_gpt_section(quick: bool = False, workers: int = 2) -> dict:
                                "(b) all-reduces N gradients every step, DiLoCo N parameter trees every H steps. "
                                "Held-out loss: mean next-character cross-entropy on 128 fixed windows of 65 "
                                "characters spread over the 4 held-out plays."))
+
+
+def mean_curves(record: Mapping, budget: str, N: int, sharding: str) -> dict[str, dict[str, list[float]]]:
+    """Held-out loss curves of a record's runs, mean and std over seeds, keyed ``"(a) one worker"``,
+    ``"(b) synchronous"``, ``"DiLoCo H = …"``: ``{"steps", "bytes_per_worker", "mean", "std"}`` per key."""
+    runs = record["extra"]["runs"]
+    groups: dict[str, list[Mapping]] = {}
+    for r in runs:
+        if r["budget"] != budget:
+            continue
+        if r["N"] == 1:
+            label = "(a) one worker"
+        elif r["N"] == N and r["sharding"] == sharding:
+            label = "(b) synchronous" if r["kind"] == "sync" else f"DiLoCo H = {r['H']}"
+        else:
+            continue
+        groups.setdefault(label, []).append(r)
+    out = {}
+    for label, rs in sorted(groups.items(), key=lambda kv: (kv[0][0] != "(", len(kv[0]), kv[0])):
+        losses = np.array([r["loss_curve"] for r in rs])  # (seeds, points)
+        out[label] = {"steps": rs[0]["steps_curve"], "bytes_per_worker": [b // rs[0]["N"] for b in rs[0]["bytes_curve"]],
+                      "mean": losses.mean(0).tolist(),
+                      "std": (losses.std(0, ddof=1) if len(rs) > 1 else np.zeros(losses.shape[1])).tolist()}
+    return out
