@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainsys.tolerance import assert_within_rounding, gamma
+from trainsys.tolerance import AdamWRoundingBound, assert_within_rounding
 from trainsys.diloco import adamw, model, outer
 from trainsys.diloco import params as tree
 
@@ -67,49 +67,13 @@ def test_m2_10_first_adam_step_moves_every_parameter_by_lr() -> None:
 
 
 # --- Lesson 11 -------------------------------------------------------------------------------------
-class _AdamWErrorBound:
-    """A running bound on how far one correct AdamW (given gradients, so errors never feed back into them) may
-    drift from the exact float64 recursion, elementwise (trainsys.tolerance, the standard model per operation):
-    m rounds 3 times per step relative to beta1 |m| + (1 - beta1)|g|, v 4 times (g^2 too); the update
-    m_hat / (sqrt(v_hat) + eps) carries m's and v's errors (first order: dm/c1/s + |m_hat| dv/c2 / (2 sqrt(v_hat) s^2))
-    plus its own 5 roundings; p rounds 4 times relative to |p| + lr |u| and is decayed by (1 - lr wd)."""
-
-    def __init__(self, p: dict, dtype, lr: float, b1: float, b2: float, eps: float, wd: float) -> None:
-        self.dtype, self.lr, self.b1, self.b2, self.eps, self.wd = dtype, lr, b1, b2, eps, wd
-        self.p = {k: v.astype(np.float64) for k, v in p.items()}
-        zeros = {k: np.zeros(v.shape) for k, v in p.items()}
-        self.m, self.v, self.Mm, self.Mv = dict(zeros), dict(zeros), dict(zeros), dict(zeros)
-        self.dm, self.dv, self.dp, self.t = dict(zeros), dict(zeros), dict(zeros), 0
-
-    def step(self, g: dict) -> None:
-        self.t += 1
-        def gam(k: int) -> float:
-            return gamma(k, self.dtype)
-
-        c1, c2 = 1 - self.b1**self.t, 1 - self.b2**self.t
-        for k, gk in g.items():
-            g64 = gk.astype(np.float64)
-            self.m[k] = self.b1 * self.m[k] + (1 - self.b1) * g64
-            self.v[k] = self.b2 * self.v[k] + (1 - self.b2) * g64**2
-            self.Mm[k] = self.b1 * self.Mm[k] + (1 - self.b1) * np.abs(g64)
-            self.Mv[k] = self.b2 * self.Mv[k] + (1 - self.b2) * g64**2
-            self.dm[k] = self.b1 * self.dm[k] + gam(3) * self.Mm[k]
-            self.dv[k] = self.b2 * self.dv[k] + gam(4) * self.Mv[k]
-            root = np.sqrt(self.v[k] / c2)
-            s = root + self.eps
-            upd = self.m[k] / c1 / s
-            du = self.dm[k] / c1 / s + np.abs(self.m[k] / c1) * (self.dv[k] / c2) / (2 * root * s**2) + gam(5) * np.abs(upd)
-            self.p[k] = self.p[k] * (1 - self.lr * self.wd) - self.lr * upd
-            self.dp[k] = (1 - self.lr * self.wd) * self.dp[k] + self.lr * du + gam(4) * (np.abs(self.p[k]) + self.lr * np.abs(upd))
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_m2_11_adamw_equals_torch_adamw_over_150_steps(dtype) -> None:
     p = _tree(6, dtype)
     t = _torch_params(p)
     opt = torch.optim.AdamW(list(t.values()), lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     state = adamw.init_adamw_state(p)
-    bound = _AdamWErrorBound(p, dtype, 1e-2, 0.9, 0.95, 1e-8, 0.1)
+    bound = AdamWRoundingBound(p, dtype, 1e-2, 0.9, 0.95, 1e-8, 0.1)
     rng = np.random.default_rng(7)
     for _ in range(150):
         g = {k: rng.standard_normal(v.shape).astype(dtype) for k, v in p.items()}

@@ -29,7 +29,7 @@ import numpy as np
 
 __all__ = ["unit_roundoff", "gamma", "rounding_bound", "within_rounding", "assert_within_rounding",
            "reorder_tolerance", "relu_chain_magnitudes", "cross_entropy_gradient_bound",
-           "mse_gradient_bound"]
+           "mse_gradient_bound", "AdamWRoundingBound"]
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
@@ -204,3 +204,42 @@ def mse_gradient_bound(weights: list[np.ndarray], biases: list[np.ndarray], X: n
     sizes = [X64.shape[1]] + [np.asarray(W).shape[1] for W in weights]
     k = sum(d + 2 for d in sizes[:-1]) + 2 + sum(d + 1 for d in sizes[1:]) + X64.shape[0]
     return [{part: rounding_bound(m[part], k, dtype) for part in ("W", "b")} for m in mags]
+
+
+class AdamWRoundingBound:
+    """A running bound on how far one correct Adam/AdamW (given gradients, so errors never feed back into them)
+    may drift from the exact recursion, elementwise, by the standard model per operation (``wd = 0``: Adam):
+    call :meth:`step` with each step's gradients (a dict of arrays); ``dp``, ``dm``, ``dv`` then hold the bounds
+    for one implementation, ``2·dp`` etc. for two. The model:
+    m rounds 3 times per step relative to beta1 |m| + (1 - beta1)|g|, v 4 times (g^2 too); the update
+    m_hat / (sqrt(v_hat) + eps) carries m's and v's errors (first order: dm/c1/s + |m_hat| dv/c2 / (2 sqrt(v_hat) s^2))
+    plus its own 5 roundings; p rounds 4 times relative to |p| + lr |u| and is decayed by (1 - lr wd)."""
+
+    def __init__(self, p: dict, dtype: Any, lr: float, b1: float, b2: float, eps: float, wd: float = 0.0) -> None:
+        self.dtype, self.lr, self.b1, self.b2, self.eps, self.wd = dtype, lr, b1, b2, eps, wd
+        self.p = {k: v.astype(np.float64) for k, v in p.items()}
+        zeros = {k: np.zeros(v.shape) for k, v in p.items()}
+        self.m, self.v, self.Mm, self.Mv = dict(zeros), dict(zeros), dict(zeros), dict(zeros)
+        self.dm, self.dv, self.dp, self.t = dict(zeros), dict(zeros), dict(zeros), 0
+
+    def step(self, g: dict) -> None:
+        """Advance the exact float64 recursion and the bounds by one step with gradients ``g``."""
+        self.t += 1
+        def gam(k: int) -> float:
+            return gamma(k, self.dtype)
+
+        c1, c2 = 1 - self.b1**self.t, 1 - self.b2**self.t
+        for k, gk in g.items():
+            g64 = gk.astype(np.float64)
+            self.m[k] = self.b1 * self.m[k] + (1 - self.b1) * g64
+            self.v[k] = self.b2 * self.v[k] + (1 - self.b2) * g64**2
+            self.Mm[k] = self.b1 * self.Mm[k] + (1 - self.b1) * np.abs(g64)
+            self.Mv[k] = self.b2 * self.Mv[k] + (1 - self.b2) * g64**2
+            self.dm[k] = self.b1 * self.dm[k] + gam(3) * self.Mm[k]
+            self.dv[k] = self.b2 * self.dv[k] + gam(4) * self.Mv[k]
+            root = np.sqrt(self.v[k] / c2)
+            s = root + self.eps
+            upd = self.m[k] / c1 / s
+            du = self.dm[k] / c1 / s + np.abs(self.m[k] / c1) * (self.dv[k] / c2) / (2 * root * s**2) + gam(5) * np.abs(upd)
+            self.p[k] = self.p[k] * (1 - self.lr * self.wd) - self.lr * upd
+            self.dp[k] = (1 - self.lr * self.wd) * self.dp[k] + self.lr * du + gam(4) * (np.abs(self.p[k]) + self.lr * np.abs(upd))
