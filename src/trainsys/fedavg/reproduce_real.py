@@ -16,6 +16,7 @@ examples whose top-two margin is below ``LOGIT_DELTA`` in the re-run model — c
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -25,7 +26,7 @@ import torch
 
 from trainsys.evidence import load_record, write_record
 from trainsys.fedavg.real import (MCMAHAN_TABLE2_CNN_MNIST, SETTINGS, centralized_curve, fashion_mnist_config,
-                                  format_rounds, rounds_tables, setting_label, shakespeare_config, speedup)
+                                  format_rounds, rounds_tables, setting_label, shakespeare_config)
 from trainsys.fedavg.server import FedAvgConfig, evaluate_accuracy, prepare_run, run_fedavg, with_overrides
 
 LOGIT_DELTA = 1e-3
@@ -34,17 +35,18 @@ JOURNAL_DIR = Path(__file__).resolve().parents[3] / "_build" / "reproduce"
 SEEDS = (0, 1, 2)
 
 # --- Fashion-MNIST -----------------------------------------------------------------------------------
-FASHION_TARGET = 0.75
-"""75 % test accuracy: the centralized 2NN passes it within its first epoch (SGD, B = 10; 81.6 % after it in a
-pilot) and levels off near 86-87 % after a few (the record's ``centralized`` curve). Lower than the paper's
-near-ceiling targets (97 % for its 2NN on MNIST, 99 % for the CNN) so that FedSGD reaches it in about a hundred
-rounds and the whole table fits 15 minutes on two cores."""
+FASHION_TARGET = 0.70
+"""70 % test accuracy: the centralized 2NN passes it within its first epoch (SGD, B = 10; 81.6 % after it in a
+pilot) and levels off near 86-87 % after a few (the record's ``centralized`` curve). Far below the paper's
+near-ceiling targets (97 % for its 2NN on MNIST, 99 % for the CNN): FedSGD reaches it in 60-70 rounds (a pilot,
+lr 0.3), so the whole table fits 15 minutes on two cores — and on the machine shared by every course author that
+ran it, load average above 20 on 2 cores, within the time there was."""
 FASHION_LR = {None: 0.3, 10: 0.05}
 """Learning rate by B: B = ∞ (full-batch steps) 0.3, B = 10 0.05 — one rate per B, not tuned per setting
 as the paper does (a pilot on seed 0: lr 1.0 diverged for FedSGD, 0.3 reached 79 % in 150 rounds)."""
-FASHION_EPOCH_BUDGET = {None: 150, 10: 20}
-"""A run's round cap is this many local epochs divided by E (B = ∞: 150, 30, 7 rounds for E = 1, 5, 20;
-B = 10: 20, 4, 1): what 15 minutes on two cores afford (a pilot: FedSGD reached 75 % in about 85 rounds). A run that has not reached the target by its cap
+FASHION_EPOCH_BUDGET = {None: 100, 10: 10}
+"""A run's round cap is this many local epochs divided by E, at least one round (B = ∞: 100, 20, 5 rounds for
+E = 1, 5, 20; B = 10: 10, 2, 1): the same local computation for every setting of one B. A run that has not reached the target by its cap
 is reported as not reached, and a speed-up against it as a lower bound."""
 CENTRALIZED_EPOCHS = 3
 QUICK_ROUNDS = 3
@@ -94,20 +96,23 @@ def fashion_figures(runs: Mapping[str, Mapping[str, Mapping]], central: Sequence
 
 
 def fashion_mnist_section(quick: bool = False, workers: int = 2) -> dict:
-    """Rounds to 75 % on Fashion-MNIST, IID and pathological non-IID, FedSGD and FedAvg (Table 2's settings)."""
+    """Rounds to 70 % on Fashion-MNIST, IID and pathological non-IID, FedSGD and FedAvg (Table 2's settings)."""
     if quick:
         return check_fashion_quick()
     start = time.perf_counter()
     JOURNAL_DIR.mkdir(parents=True, exist_ok=True)
     base = fashion_mnist_config()
-    central = centralized_curve(with_overrides(base, batch_size=10, lr=FASHION_LR[10]), CENTRALIZED_EPOCHS, seed=0)
+    caps = {label: max(FASHION_EPOCH_BUDGET[o["batch_size"]] // o["epochs"], 1) for label, o in fashion_rows()}
+    with multiprocessing.get_context("fork").Pool(1) as side:  # the centralized curve beside the federated runs
+        pending = side.apply_async(centralized_curve, (with_overrides(base, batch_size=10, lr=FASHION_LR[10]),
+                                                       CENTRALIZED_EPOCHS, 0))
+        runs = rounds_tables({p: with_overrides(base, partition=p) for p in ("iid", "shards")}, fashion_rows(),
+                             FASHION_TARGET, SEEDS, {"iid": caps, "shards": caps}, workers,
+                             journal=JOURNAL_DIR / "fedavg-fashion-mnist.jsonl")
+        central = pending.get()
     if central[0] < FASHION_TARGET:
         raise RuntimeError(f"the centralized 2NN reached {central[0]:.3f} after one epoch, below the target "
                            f"{FASHION_TARGET}; the target's justification no longer holds")
-    caps = {label: FASHION_EPOCH_BUDGET[o["batch_size"]] // o["epochs"] for label, o in fashion_rows()}
-    runs = rounds_tables({p: with_overrides(base, partition=p) for p in ("iid", "shards")}, fashion_rows(),
-                         FASHION_TARGET, SEEDS, {"iid": caps, "shards": caps}, workers,
-                         journal=JOURNAL_DIR / "fedavg-fashion-mnist.jsonl")
     from trainsys.fedavg.tasks import task_datasets
     return write_record("fedavg-fashion-mnist", datasets=task_datasets(base), config={
         "base": asdict(base), "settings": [list(s) for s in SETTINGS],
@@ -177,7 +182,7 @@ def check_fashion_quick(settings: Sequence[str] = ("FedSGD", "FedAvg E=1, B=10")
 
 # --- Shakespeare ------------------------------------------------------------------------------------------
 SHAKESPEARE_TARGET = 0.25
-"""Next-character accuracy on the held-out sequences (the fraction of the 1,000 × 32 targets): above the 18 % of
+"""Next-character accuracy on the held-out sequences (the fraction of the 500 × 32 targets): above the 18 % of
 always guessing a space (the model at initialisation) and the plateau near 27-28 % where the small model sat
 for rounds 4-30 of a pilot FedAvg run (seed 0, lr 0.5), so a run that reaches it has learnt more than the
 most frequent character."""
@@ -185,14 +190,16 @@ SHAKESPEARE_MODEL = {"hidden_layers": 1, "d_hidden": 32}
 """One GPT block of width 32 (4 heads), context 32: 16,064 parameters at the 71-character vocabulary."""
 SHAKESPEARE_ROWS = (("FedSGD", {"epochs": 1, "batch_size": None, "lr": 0.5}),
                     ("FedAvg E=1, B=10", {"epochs": 1, "batch_size": 10, "lr": 0.5}))
-SHAKESPEARE_CAPS = {"FedSGD": 300, "FedAvg E=1, B=10": 40}
-"""Round caps (a pilot: FedSGD with lr 2.0 diverged; one FedAvg round costs about 1.5 FedSGD rounds)."""
+SHAKESPEARE_CAPS = {"FedSGD": 40, "FedAvg E=1, B=10": 20}
+"""Round caps (a pilot: FedSGD with lr 2.0 diverged; FedAvg passed 25 % at round 4). FedSGD's cap is what the
+shared machine afforded: where no seed reached the target by then, the table says "> 40" and FedAvg's
+speed-up is a lower bound."""
 SHAKESPEARE_PARTITIONS = {"natural": "one client per (play, role)", "iid": "the same sequences dealt at random"}
 
 
 def shakespeare_base() -> FedAvgConfig:
     """:func:`shakespeare_config` with the model of :data:`SHAKESPEARE_MODEL` (C = 0.01: 5 of 453 roles a round)."""
-    return shakespeare_config(**SHAKESPEARE_MODEL, test_sequences=1000)
+    return shakespeare_config(**SHAKESPEARE_MODEL, test_sequences=500)
 
 
 def shakespeare_figures(runs: Mapping[str, Mapping[str, Mapping]], n_seeds: int, facts: Mapping) -> dict:
@@ -238,5 +245,5 @@ def shakespeare_section(quick: bool = False, workers: int = 2) -> dict:
         "target": SHAKESPEARE_TARGET, "partitions": SHAKESPEARE_PARTITIONS}, seeds=list(SEEDS),
         figures=shakespeare_figures(runs, len(SEEDS), facts), wall_s=time.perf_counter() - start,
         extra={"runs": runs, "vocabulary": facts["vocabulary"]},
-        notes=("Token-level next-character accuracy over 1,000 held-out sequences of 32 characters drawn once from "
+        notes=("Token-level next-character accuracy over 500 held-out sequences of 32 characters drawn once from "
                "the clients' last 20 % of text; a run stops at the target or its cap."))
