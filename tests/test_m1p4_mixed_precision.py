@@ -134,6 +134,8 @@ def test_m1_22_unscale_equals_float64_division_and_copies() -> None:
         out = mp.unscale_gradients(grads, scale)
         for key, value in grads.items():
             assert out[key].dtype == np.float32 and not np.shares_memory(out[key], value)
+            # float16 widened exactly, one float32 division (scales exact in float32): one rounding, u = 2^-24
+            # relative; rtol 2^-23 = 2u also covers the float64 reference's own rounding
             np.testing.assert_allclose(out[key], value.astype(np.float64) / scale, rtol=2**-23)
     for key in grads:
         np.testing.assert_array_equal(grads[key], before[key])

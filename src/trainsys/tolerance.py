@@ -191,18 +191,19 @@ def cross_entropy_gradient_bound(weights: list[np.ndarray], biases: list[np.ndar
 
 
 def mse_gradient_bound(weights: list[np.ndarray], biases: list[np.ndarray], X: np.ndarray, Y: np.ndarray,
-                       dtype: Any, *, scale: float | None = None) -> list[dict[str, np.ndarray]]:
+                       dtype: Any, *, scale: float | None = None, extra_roundings: int = 0) -> list[dict[str, np.ndarray]]:
     """How far, elementwise, two correct computations in ``dtype`` of a ReLU MLP's gradient of the squared error
     may be, with ``G = scale·(ŷ − Y)`` (``scale`` defaults to the mean's ``2/Y.size``): one dict ``{"W", "b"}``
     of float64 bounds per layer, ``2·γ_k·M`` with ``M`` from :func:`relu_chain_magnitudes` (``|G| ≤
     scale·(M_ŷ + |Y|)``) and ``k = Σ (d_l + 2) + 2 + Σ (d_{l+1} + 1) + n`` (forward, the loss gradient's
-    subtraction and scaling, backward, the batch sum)."""
+    subtraction and scaling, backward, the batch sum), plus ``extra_roundings`` (e.g. ``M`` for a sum of
+    ``M`` micro-batch gradients and its scaling)."""
     X64, Y64 = np.asarray(X, np.float64), np.asarray(Y, np.float64)
     scale = 2.0 / Y64.size if scale is None else float(scale)
     M_hat, _ = relu_chain_magnitudes(weights, biases, X64, np.zeros_like(Y64))
     _, mags = relu_chain_magnitudes(weights, biases, X64, scale * (M_hat + np.abs(Y64)))
     sizes = [X64.shape[1]] + [np.asarray(W).shape[1] for W in weights]
-    k = sum(d + 2 for d in sizes[:-1]) + 2 + sum(d + 1 for d in sizes[1:]) + X64.shape[0]
+    k = sum(d + 2 for d in sizes[:-1]) + 2 + sum(d + 1 for d in sizes[1:]) + X64.shape[0] + int(extra_roundings)
     return [{part: rounding_bound(m[part], k, dtype) for part in ("W", "b")} for m in mags]
 
 
