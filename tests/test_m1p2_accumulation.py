@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainsys.tolerance import mse_gradient_bound, rounding_bound
+from trainsys.tolerance import mse_gradient_bound, rounding_bound, sgd_update_bound
 from trainsys.memtrain import accumulation as acc
 from trainsys.memtrain import mlp
 from trainsys.memtrain.measure import peak_memory_bytes
@@ -31,8 +31,7 @@ def _assert_step_within_bound(got, want, params, X, Y, lr, M) -> None:
     Ws, bs = [params["W1"], params["W2"]], [params["b1"], params["b2"]]
     bounds = mse_gradient_bound(Ws, bs, X, Y, np.float64, extra_roundings=M + 1)
     for key, (l, part) in zip(mlp.PARAM_KEYS, [(0, "W"), (0, "b"), (1, "W"), (1, "b")], strict=True):
-        g = np.abs(params[key] - want[key]) / lr + bounds[l][part]  # |g| and its uncertainty
-        bound = lr * bounds[l][part] + rounding_bound(np.abs(params[key]) + lr * g, 2, np.float64)
+        bound = sgd_update_bound(params[key], (params[key] - want[key]) / lr, bounds[l][part], lr, np.float64)
         assert np.all(np.abs(got[key] - want[key]) <= bound), f"{key} beyond the derived bound"
 
 

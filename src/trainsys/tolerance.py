@@ -29,7 +29,7 @@ import numpy as np
 
 __all__ = ["unit_roundoff", "gamma", "rounding_bound", "within_rounding", "assert_within_rounding",
            "reorder_tolerance", "relu_chain_magnitudes", "cross_entropy_gradient_bound",
-           "mse_gradient_bound", "AdamWRoundingBound"]
+           "mse_gradient_bound", "sgd_update_bound", "AdamWRoundingBound"]
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
@@ -244,3 +244,13 @@ class AdamWRoundingBound:
             du = self.dm[k] / c1 / s + np.abs(self.m[k] / c1) * (self.dv[k] / c2) / (2 * root * s**2) + gam(5) * np.abs(upd)
             self.p[k] = self.p[k] * (1 - self.lr * self.wd) - self.lr * upd
             self.dp[k] = (1 - self.lr * self.wd) * self.dp[k] + self.lr * du + gam(4) * (np.abs(self.p[k]) + self.lr * np.abs(upd))
+
+
+def sgd_update_bound(theta: np.ndarray, gradient: np.ndarray, gradient_bound: np.ndarray, lr: float,
+                     dtype: Any) -> np.ndarray:
+    """How far two correct ``θ − lr·g`` may be when their gradients are within ``gradient_bound`` of each other
+    (``gradient``: either one): ``lr·gradient_bound`` plus the product's and the subtraction's roundings on each
+    side, relative to ``|θ| + lr·(|g| + gradient_bound)``."""
+    g = np.abs(np.asarray(gradient, np.float64)) + np.asarray(gradient_bound, np.float64)
+    return lr * np.asarray(gradient_bound, np.float64) + rounding_bound(
+        np.abs(np.asarray(theta, np.float64)) + lr * g, 2, dtype)
