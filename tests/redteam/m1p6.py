@@ -800,11 +800,6 @@ DISPUTED = {
          "'Validate each argument in turn' does not say which error wins when both arguments are invalid; "
          "each is named correctly on its own"),
     ],
-    "zero_optimizer_step": [
-        ("divides each slice by N before adding (contract: 'the sum ..., in worker order, divided by N')",
-         "the Concepts metric is equality with torch's Adam to about 1e-16, which dividing before adding "
-         "meets (a rounding-level change); only the implementation recipe names the order"),
-    ],
 }
 
 
@@ -855,5 +850,7 @@ for _name, _entry in [
     ("init_adam_state", ("np.result_type and np.zeros per buffer; dict(m=, v=, step=)", _ias_alt_result_type_zeros)),
     ("partition_optimizer_state", ("s = (psi + N - 1) // N; zip of two ranges", _pos_alt_ceil_by_addition)),
     ("zero_optimizer_step", ("np.mean over the stacked slices (another summation order)", _zos_alt_stacked_mean)),
+    ("zero_optimizer_step", ("each slice divided by N before adding (DDP's order; was DISPUTED, the check accepts it)",
+                             _zos_divide_first)),
 ]:
     ALTERNATIVES.setdefault(_name, []).append(_entry)

@@ -154,23 +154,27 @@ def expect_raises_naming_any(
 def default_tolerance(dtype: np.dtype) -> tuple[float, float]:
     """(rtol, atol) for comparing results computed in ``dtype`` by two correct implementations.
 
-    Derived from the dtype's unit roundoff u (``np.finfo(dtype).eps / 2``) and what two correct answers may
-    do differently: sum in another order. A reordered sum of k terms moves by at most about k·u of the
-    sum of magnitudes (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §4.2); the
-    checks' entries are sums of at most ~100 products of order-1 values.
+    Derived with :mod:`trainsys.tolerance` (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd
+    ed., §3.1 and Lemma 3.3): two answers that round ``k`` times along each path, in any order, differ by at
+    most ``2·γ_k·M``, ``M`` the computation on absolute values. The checks that use this default compare
+    results whose longest chain is ``k ≤ 170`` roundings (sums of at most ~100 products of order-1 values,
+    plus the layers before them), and whose ``M`` is at most the result's own size where the result is
+    larger than 0.1, or at most 0.1 where it cancels towards 0:
 
-    - float16 (u = 4.9e-4): results are formed in float32 and rounded once, so two correct answers are at
-      most one float16 ulp apart — rtol 2e-3 (4u), atol 1e-3 for entries near zero.
-    - float32 (u = 6.0e-8): ~100 reordered terms → ~6e-6; rtol 2e-5 (≈ 335u) leaves a factor 3 for
-      cancellation, atol 1e-6 for entries that cancel to near zero.
-    - float64 (u = 1.1e-16): the same rule gives ~1e-13; rtol 1e-10 and atol 1e-12 are looser, and still
-      reject every mutant and witness (``make bench``); checks whose contracts state a tighter bound pass
-      their own tolerance.
+    - float32 (u = 6.0e-8): rtol = 2·γ_170 = 2.0e-5, atol = 2·γ_170·0.1 = 2.0e-6.
+    - float16 (u = 4.9e-4): results are formed in float32 and rounded once (k = 2 in float16):
+      rtol = atol = 2·γ_2 = 2.0e-3.
+    - float64 (u = 1.1e-16): 2·γ_170 is 3.8e-14; rtol 1e-10 and atol 1e-12 allow M up to ~3,000 times the
+      result (float64 cases built to show cancellation), and still reject every mutant and witness
+      (``make bench``). Checks whose contracts state a tighter bound pass their own tolerance; checks whose
+      magnitudes are at hand use :func:`assert_within_rounding` (elementwise, no assumption on ``M``).
     """
+    from trainsys.tolerance import gamma
+
     if dtype == np.float16:
-        return 2e-3, 1e-3
+        return 2 * gamma(2, np.float16), 2 * gamma(2, np.float16)
     if dtype == np.float32:
-        return 2e-5, 1e-6
+        return 2 * gamma(170, np.float32), 2 * gamma(170, np.float32) * 0.1
     return 1e-10, 1e-12
 
 
