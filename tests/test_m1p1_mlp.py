@@ -140,6 +140,10 @@ def test_m1_10_mlp_backward_matches_central_finite_differences() -> None:
             plus[key][idx] += h
             minus[key][idx] -= h
             fd[idx] = (loss_of(plus) - loss_of(minus)) / (2 * h)
+        # central differences in float64, h = 1e-6: each loss carries <= gamma_60 |L| of rounding (~60 roundings
+        # along its path), so the quotient errs by <= gamma_60 |L| / h = 6.7e-9 |L| (|L| < 1.5 here); the step
+        # (theta + h) - (theta - h) rounds by <= 2 u |theta| / (2h) ~ 1e-10 relative; truncation h^2 |d3L| / 6
+        # ~ 1e-13 away from ReLU kinks: atol 1e-8 and rtol 1e-6 cover them
         np.testing.assert_allclose(grads[key], fd, rtol=1e-6, atol=1e-8)
 
 
