@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from trainsys.tolerance import assert_within_rounding
 from trainsys.distributed.allreduce import worker_array
 from trainsys.distributed.launch import run
 from trainsys.memtrain import mlp, zero
@@ -39,7 +40,12 @@ def test_m1_28_dist_all_reduce_equals_the_simulated_ring() -> None:
     job = run("trainsys.distributed.allreduce", 2, "--size", str(size), "--seed", str(seed), timeout=240)
     simulated, _ = ring_all_reduce_mean([worker_array(seed, k, size) for k in range(2)])
     assert job["all_ranks_agree"] and job["backend"] == "gloo"
-    np.testing.assert_allclose(np.array(job["mean"], np.float32), simulated[0], rtol=1e-6, atol=1e-7)
+    # two workers: a + b in either order is the same float32 number, and the division by 2 (or the
+    # multiplication by 0.5) is exact; dividing first is exact too (away from subnormals): 2 roundings at most,
+    # relative to (|a| + |b|) / 2 (trainsys.tolerance)
+    arrays = [worker_array(seed, k, size) for k in range(2)]
+    assert_within_rounding(np.array(job["mean"], np.float32), simulated[0],
+                           (np.abs(arrays[0]).astype(np.float64) + np.abs(arrays[1])) / 2, 2, np.float32, "mean")
 
 
 def test_m1_29_ddp_follows_the_simulated_data_parallel_run() -> None:
@@ -51,7 +57,11 @@ def test_m1_29_ddp_follows_the_simulated_data_parallel_run() -> None:
     for _ in range(steps):
         params, loss, _ = data_parallel_train_step(params, shards, lr)
         losses.append(loss)
-    np.testing.assert_allclose(job["losses"], losses, rtol=1e-5)  # float32: reduction order only
+    # a trajectory with feedback (each step's gradient depends on the parameters), so no a-priori bound:
+    # per step the two differ by the gradient's rounding bound (~2 gamma_60 ~ 7e-6 relative to its magnitude
+    # in float32, DDP's bucketed reduction order vs the simulation's); 20 steps at lr 0.05 on this small,
+    # well-conditioned problem keep that amplification below the margins here (not proven: an estimate)
+    np.testing.assert_allclose(job["losses"], losses, rtol=1e-5)
     for key in mlp.PARAM_KEYS:
         np.testing.assert_allclose(np.array(job["params"][key], np.float32), params[key], rtol=1e-4, atol=1e-6)
 
@@ -69,6 +79,7 @@ def test_m1_35_zero_redundancy_optimizer_follows_the_simulated_zero_run() -> Non
         losses.append(sum(loss for _, loss, _ in local) / len(X))
         worker_grads = [{k: g / n_k for k, g in grads.items()} for grads, _, n_k in local]  # equal shards: means
         params, states = zero.zero_optimizer_step(params, worker_grads, states, hp)
+    # as above, a trajectory: no a-priori bound; Adam's normalised steps keep the drift at rounding level
     np.testing.assert_allclose(job["losses"], losses, rtol=2e-5)
     psi = sum(p.size for p in params.values())
     per_rank = job["optimizer_state_numel_per_rank"]  # torch shards whole tensors: near, not exactly, 2*psi/N
