@@ -38,6 +38,22 @@ BLOCK = re.compile(r"<!-- syllabus:.*? -->\n.*?<!-- /syllabus -->\n", re.S)
 BLOCK_OPEN = "<!-- syllabus: written by python -m trainsys.syllabus from the lessons; do not edit -->\n"
 
 
+LESSON_FILE = re.compile(r"^(m(\d+)p(\d+))-[a-z0-9-]+/(\d\d)_(\w+)\.ipynb$")
+"""A lesson's place: ``<part>/<NN>_<function>.ipynb`` with ``<part>`` = ``m<module>p<part>-<slug>``."""
+
+
+def lesson_key(path: Path | str) -> str:
+    """The lesson's key, unique across the course: ``m<module>p<part>.<NN>``, e.g. ``m2p5.22`` for
+    ``solutions/m2p5-outer-nesterov/22_update_outer_momentum.ipynb`` (the same for its release in ``notebooks/``).
+    Lesson numbers restart in every module, so ``NN`` alone is ambiguous; the part prefix makes it unique.
+    Raises ``ValueError`` naming the path when it is not ``…/m<M>p<P>-<slug>/<NN>_<function>.ipynb``."""
+    path = Path(path)
+    match = LESSON_FILE.match(f"{path.parent.name}/{path.name}")
+    if match is None:
+        raise ValueError(f"path must be a lesson notebook <m<M>p<P>-slug>/<NN>_<function>.ipynb, got {str(path)!r}")
+    return f"{match[1]}.{match[4]}"
+
+
 @dataclass(frozen=True)
 class Lesson:
     path: Path
