@@ -86,26 +86,6 @@ def _decay(variant: str):
     return wrong
 
 
-def _adamw(variant: str):
-    def wrong(params, grads, state, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1):
-        ref.adamw_step(params, grads, state, lr, beta1, beta2, eps, weight_decay)
-        if variant == "l2":  # Adam with L2: the decay goes through the moments
-            grads = {k: grads[k] + weight_decay * params[k] for k in grads}
-        new_state = ref.update_moments(state, grads, beta1, beta2)
-        if variant == "no bias correction":
-            m_hat, v_hat = new_state["m"], new_state["v"]
-        else:
-            m_hat, v_hat = ref.bias_correct_moments(new_state["m"], new_state["v"], new_state["step"], beta1, beta2)
-        if variant in ("l2", "no decay"):
-            return ref.adamw_param_step(params, m_hat, v_hat, lr, eps), new_state
-        if variant == "decay after":
-            updated = ref.adamw_param_step(params, m_hat, v_hat, lr, eps)
-            return ref.decoupled_weight_decay(updated, lr, weight_decay), new_state
-        return ref.adamw_param_step(ref.decoupled_weight_decay(params, lr, weight_decay), m_hat, v_hat, lr, eps), new_state
-
-    return wrong
-
-
 MUTANTS = {
     "init_adamw_state": [
         ("step starts at 1", _init(step=1)),
@@ -132,11 +112,5 @@ MUTANTS = {
         ("decay not scaled by the learning rate", _decay("not scaled by lr")),
         ("decays the weights but not the biases", _decay("weights only")),
         ("decays the parameters in place", _decay("in place")),
-    ],
-    "adamw_step": [
-        ("weight decay coupled into the gradient (Adam + L2, not AdamW)", _adamw("l2")),
-        ("bias correction forgotten", _adamw("no bias correction")),
-        ("decays the already-updated parameters", _adamw("decay after")),
-        ("no weight decay at all", _adamw("no decay")),
     ],
 }

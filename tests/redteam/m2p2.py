@@ -633,78 +633,6 @@ def _wd_alt_torch(params, lr, weight_decay):
     return out
 
 
-# ==========================================================================================================
-# The assembled step adamw_step (Lesson 11's checkpoint; its mistakes are listed in Lesson 11's "Common
-# mistakes"). Written with the package's lesson functions, as the checkpoint imports them.
-# ==========================================================================================================
-def _as_parts():
-    from trainsys.diloco import adamw
-
-    return adamw
-
-
-def _as_l2(params, grads, state, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1):
-    a = _as_parts()
-    coupled = {k: (g + weight_decay * params[k]).astype(g.dtype, copy=False) for k, g in grads.items()}  # Adam + L2
-    new_state = a.update_moments(state, coupled, beta1, beta2)
-    m_hat, v_hat = a.bias_correct_moments(new_state["m"], new_state["v"], new_state["step"], beta1, beta2)
-    return a.adamw_param_step(params, m_hat, v_hat, lr, eps), new_state
-
-
-def _as_decay_after(params, grads, state, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1):
-    a = _as_parts()
-    new_state = a.update_moments(state, grads, beta1, beta2)
-    m_hat, v_hat = a.bias_correct_moments(new_state["m"], new_state["v"], new_state["step"], beta1, beta2)
-    stepped = a.adamw_param_step(params, m_hat, v_hat, lr, eps)
-    return a.decoupled_weight_decay(stepped, lr, weight_decay), new_state  # decays the updated parameters
-
-
-def _as_no_bias_correction(params, grads, state, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1):
-    a = _as_parts()
-    new_state = a.update_moments(state, grads, beta1, beta2)
-    decayed = a.decoupled_weight_decay(params, lr, weight_decay)
-    return a.adamw_param_step(decayed, new_state["m"], new_state["v"], lr, eps), new_state
-
-
-def _as_old_step_count(params, grads, state, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1):
-    a = _as_parts()
-    new_state = a.update_moments(state, grads, beta1, beta2)
-    t = max(state["step"], 1)  # "the step about to be taken" read from the old state (guarded at 0)
-    m_hat, v_hat = a.bias_correct_moments(new_state["m"], new_state["v"], t, beta1, beta2)
-    decayed = a.decoupled_weight_decay(params, lr, weight_decay)
-    return a.adamw_param_step(decayed, m_hat, v_hat, lr, eps), new_state
-
-
-def _as_alt_keywords(params, grads, state, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1):
-    a = _as_parts()
-    decayed = a.decoupled_weight_decay(params, lr=lr, weight_decay=weight_decay)  # decay first: it reads only params
-    new_state = a.update_moments(state, grads, beta1=beta1, beta2=beta2)
-    m_hat, v_hat = a.bias_correct_moments(new_state["m"], new_state["v"], step=new_state["step"], beta1=beta1,
-                                          beta2=beta2)
-    return a.adamw_param_step(decayed, m_hat, v_hat, lr=lr, eps=eps), new_state
-
-
-def _as_alt_by_hand(params, grads, state, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1):
-    a = _as_parts()
-    a.validate_adamw_state(state, params)
-    _float_tree("params", params)
-    _grads_like(params, grads)
-    lr, eps = _positive("lr", lr), _positive("eps", eps)
-    b1, b2 = _beta("beta1", beta1), _beta("beta2", beta2)
-    if not _real(weight_decay) or not math.isfinite(float(weight_decay)) or float(weight_decay) < 0:
-        raise ValueError(f"weight_decay must be a finite real number >= 0, got {weight_decay!r}")
-    t = int(state["step"]) + 1
-    m, v, new = {}, {}, {}
-    for k, p in params.items():
-        m[k] = (b1 * state["m"][k] + (1 - b1) * grads[k]).astype(state["m"][k].dtype, copy=False)
-        v[k] = (b2 * state["v"][k] + (1 - b2) * np.square(grads[k])).astype(state["v"][k].dtype, copy=False)
-        m_hat = (m[k] / (1 - b1 ** t)).astype(m[k].dtype, copy=False)
-        v_hat = (v[k] / (1 - b2 ** t)).astype(v[k].dtype, copy=False)
-        decayed = (p * (1 - lr * float(weight_decay))).astype(p.dtype, copy=False)
-        new[k] = (decayed - lr * m_hat / (np.sqrt(v_hat) + eps)).astype(p.dtype, copy=False)
-    return new, {"step": t, "m": m, "v": v}
-
-
 MUTANTS = {
     "init_adamw_state": [
         ("step starts at 1 (contract: 'state[\"step\"] ... t = 0')", _init_step_one),
@@ -783,13 +711,6 @@ MUTANTS = {
         ("factor (1 - lr)^weight_decay (a continuous-time reading; contract: 1 - lr * weight_decay)",
          _wd_after_style),
     ],
-    "adamw_step": [
-        ("Adam + L2: weight_decay * params added to the gradient (Lesson 11: 'a different optimizer')", _as_l2),
-        ("decays the already-updated parameters (Lesson 11: 'Decaying after the adaptive step')", _as_decay_after),
-        ("bias correction forgotten (Lesson 11: 'Bias correction forgotten')", _as_no_bias_correction),
-        ("corrects with the old step count (Lesson 9: not the index of the step about to be taken)",
-         _as_old_step_count),
-    ],
 }
 
 ALTERNATIVES = {
@@ -803,10 +724,6 @@ ALTERNATIVES = {
     "decoupled_weight_decay": [
         ("np.multiply(p, factor, dtype=p.dtype), weight_decay validated before lr", _wd_alt_multiply),
         ("torch.mul on a tensor view (float16 by NumPy)", _wd_alt_torch),
-    ],
-    "adamw_step": [
-        ("the lesson functions called with keywords, the decay computed first", _as_alt_keywords),
-        ("the whole step by hand in one loop over the keys", _as_alt_by_hand),
     ],
 }
 

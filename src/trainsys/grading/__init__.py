@@ -49,7 +49,6 @@ from trainsys.grading.diloco_model import (
 )
 from trainsys.grading.diloco_optim import (
     check_adamw_param_step,
-    check_adamw_step,
     check_average_params,
     check_bias_correct_moments,
     check_clone_params,
@@ -135,7 +134,6 @@ __all__ = [
     "check_accumulate_gradients",
     "check_accuracy_vs_client_fraction",
     "check_adamw_param_step",
-    "check_adamw_step",
     "check_add_state_dicts",
     "check_aggregate_weighted_average",
     "check_all_gather_param_shards",

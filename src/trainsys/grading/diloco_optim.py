@@ -38,7 +38,6 @@ __all__ = [
     "check_bias_correct_moments",
     "check_adamw_param_step",
     "check_decoupled_weight_decay",
-    "check_adamw_step",
     "check_clone_params",
     "check_scale_params",
     "check_subtract_params",
@@ -378,31 +377,6 @@ def check_decoupled_weight_decay(fn: Callable[..., Any]) -> str:
                ("params is a list", BAD, "params", _args(list(_tree(1).values()), 1e-3, 0.1))]
     return run_cases("decoupled_weight_decay", fn, ref_adamw.decoupled_weight_decay, cases, compare, invalid,
                      compare_with_inputs=True)
-
-
-def check_adamw_step(fn: Callable[..., Any]) -> str:
-    """One full AdamW step (equal to torch.optim.AdamW) from fresh and mid-run states; decay before the update."""
-    def case(seed: int, step: int, dtype: type = np.float32, **hp: Any) -> Callable[[], Args]:
-        state = ref_adamw.init_adamw_state(_tree(seed, dtype)) if step == 0 else _state(seed, step, dtype)
-        return _args(_tree(seed + 2, dtype), _tree(seed + 3, dtype), state, **hp)
-
-    cases = [("fresh state, lr 1e-3, default betas and decay", case(50, 0, lr=1e-3)),
-             ("state at step 7, lr 1e-2", case(51, 7, lr=1e-2)),
-             ("lr 0.1, weight_decay 0.5 (the decay's order shows)", case(52, 3, lr=0.1, weight_decay=0.5)),
-             ("weight_decay 0 (plain Adam)", case(53, 2, lr=1e-2, weight_decay=0.0)),
-             ("betas (0.8, 0.999), eps 1e-6", case(54, 4, lr=5e-3, beta1=0.8, beta2=0.999, eps=1e-6)),
-             ("float64", case(55, 9, np.float64, lr=3e-3, weight_decay=0.2))]
-
-    def compare(label: str, got: Any, expected: tuple) -> None:
-        new_params, new_state = assert_tuple(label, "the result (new_params, new_state)", got, 2)
-        assert_array_dict(label, "new_params", new_params, expected[0])
-        _state_compare(label, new_state, expected[1], ref_adamw.STATE_KEYS)
-
-    p, g, s = _tree(1), _tree(2), _state(3, 1)
-    invalid = [("lr = -1e-3", BAD, "lr", _args(p, g, s, -1e-3)),
-               ("weight_decay = -0.1", BAD, "weight_decay", _args(p, g, s, 1e-3, weight_decay=-0.1)),
-               ("grads missing 'b0'", BAD, "grads", _args(p, {k: v for k, v in g.items() if k != "b0"}, s, 1e-3))]
-    return run_cases("adamw_step", fn, ref_adamw.adamw_step, cases, compare, invalid)
 
 
 # --- Lesson 12 -------------------------------------------------------------------------------------
