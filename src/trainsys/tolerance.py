@@ -33,12 +33,10 @@ __all__ = ["unit_roundoff", "gamma", "rounding_bound", "within_rounding", "asser
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype must be a NumPy floating dtype, got {dtype!r}") from None
-    if not np.issubdtype(dt, np.floating):
-        raise TypeError(f"dtype must be a NumPy floating dtype, got {dt}")
+    """``dtype`` as a NumPy floating dtype; ``TypeError`` naming ``dtype`` for anything else."""
+    dt = np.dtype(dtype) if isinstance(dtype, (np.dtype, type, str)) else None
+    if dt is None or not np.issubdtype(dt, np.floating):
+        raise TypeError(f"dtype must be a NumPy floating dtype, got {dtype!r}")
     return dt
 
 

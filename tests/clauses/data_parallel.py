@@ -135,18 +135,22 @@ def _all_reduce_empty_list(worker_arrays):
     return ref.all_reduce_mean(worker_arrays)
 
 
-def _all_reduce_own_order(worker_arrays):
-    """Worker k computes ((a_k + a_{k+1}) + ...) / N: a correct mean to rounding, but the workers' copies
-    differ in the last bits (the contract: bit-identical on every worker)."""
-    ref.all_reduce_mean(worker_arrays)  # validation
-    arrays, N = list(worker_arrays), len(worker_arrays)
-    results = []
+def _means_in_own_order(arrays: list) -> list:
+    """Worker k's ((a_k + a_{k+1}) + ...) / N: each a correct mean, their bits differing between workers."""
+    N, results = len(arrays), []
     for k in range(N):
         total = arrays[k].copy()
         for j in range(1, N):
             total += arrays[(k + j) % N]
         results.append(total / total.dtype.type(N))
     return results
+
+
+def _all_reduce_own_order(worker_arrays):
+    """Worker k computes ((a_k + a_{k+1}) + ...) / N: a correct mean to rounding, but the workers' copies
+    differ in the last bits (the contract: bit-identical on every worker)."""
+    ref.all_reduce_mean(worker_arrays)  # validation
+    return _means_in_own_order(list(worker_arrays))
 
 
 def _all_reduce_no_dtype_check(worker_arrays):
@@ -217,14 +221,7 @@ def _ring_each_worker_sums_itself(worker_arrays):
     """The right log, but every worker adds the N contributions itself, starting with its own: the copies
     equal the mean to rounding, not one another bit for bit."""
     _, log = ref_ring.ring_all_reduce_mean(worker_arrays)  # validation and the schedule
-    N = len(worker_arrays)
-    results = []
-    for k in range(N):
-        total = worker_arrays[k].copy()
-        for j in range(1, N):
-            total += worker_arrays[(k + j) % N]
-        results.append(total / total.dtype.type(N))
-    return results, log
+    return _means_in_own_order(worker_arrays), log
 
 
 # --- Lesson 29 -------------------------------------------------------------------------------------
