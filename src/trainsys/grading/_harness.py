@@ -238,6 +238,32 @@ def assert_within_rounding(case: str, what: str, got: Any, expected: np.ndarray,
     assert_array(case, what, got, expected, rtol=0.0, atol=bound)
 
 
+_MLP_LAYERS = (("W1", 0, "W"), ("b1", 0, "b"), ("W2", 1, "W"), ("b2", 1, "b"))
+
+
+def assert_mlp_gradients_within_bound(case: str, what: str, got: Any, expected: Mapping[str, np.ndarray],
+                                      params: Mapping[str, np.ndarray], X: np.ndarray, Y: np.ndarray, *,
+                                      scale: float | None = None, extra: int = 0, lr: float | None = None) -> None:
+    """Part 1's two-layer MLP: ``got`` (a gradient tree, or with ``lr`` the new parameters ``θ − lr·g``) against
+    the reference's, within the derived bound of two correct float computations
+    (``trainsys.tolerance.mse_gradient_bound`` with ``G = scale·(ŷ − Y)``, ``scale`` 2/Y.size by default, and
+    ``extra`` roundings for shard or micro-batch sums and scalings a correct answer may place differently;
+    with ``lr``, ``sgd_update_bound`` for the update's own roundings)."""
+    from trainsys.tolerance import mse_gradient_bound, sgd_update_bound
+
+    if not isinstance(got, Mapping) or set(got) != set(expected):
+        assert_array_dict(case, what, got, expected)  # the type and keys message
+    dtype = expected["W1"].dtype
+    bounds = mse_gradient_bound([params["W1"], params["W2"]], [params["b1"], params["b2"]], X, Y, dtype,
+                                scale=scale, extra_roundings=extra)
+    for key, layer, part in _MLP_LAYERS:
+        bound = bounds[layer][part]
+        if lr is not None:
+            grad = (np.asarray(params[key], np.float64) - expected[key]) / lr
+            bound = sgd_update_bound(params[key], grad, bound, lr, dtype)
+        assert_array(case, f"{what}[{key!r}]", got[key], expected[key], rtol=0.0, atol=bound)
+
+
 def assert_scalar(case: str, what: str, got: Any, expected: float, *, rtol: float = 1e-6, atol: float = 1e-9) -> None:
     """Compare a real-valued scalar with the reference."""
     if isinstance(got, np.ndarray) and got.shape == ():

@@ -28,6 +28,7 @@ from trainsys.grading._harness import (
     assert_array_dict,
     assert_scalar,
     assert_tuple,
+    assert_mlp_gradients_within_bound,
     assert_within_rounding,
     passed,
     run_cases,
@@ -185,21 +186,6 @@ def check_shard_dataset_across_workers(fn: Callable[..., Any]) -> str:
 
 
 # --- Lesson 26 -------------------------------------------------------------------------------------
-def _assert_gradients_within_bound(label: str, what: str, got: Any, expected: dict, params: dict, X: np.ndarray,
-                                   Y: np.ndarray, *, scale: float, extra: int) -> None:
-    """``got`` (a gradient tree) against the reference's within the derived bound of two correct computations
-    of the MLP's squared-error gradient with ``G = scale·(ŷ − Y)`` (``trainsys.tolerance.mse_gradient_bound``;
-    ``extra`` roundings for sums over shards and scalings a correct answer may place differently)."""
-    from trainsys.tolerance import mse_gradient_bound
-
-    if not isinstance(got, dict) or set(got) != set(expected):
-        assert_array_dict(label, what, got, expected)  # the type and keys message
-    bounds = mse_gradient_bound([params["W1"], params["W2"]], [params["b1"], params["b2"]], X, Y,
-                                expected["W1"].dtype, scale=scale, extra_roundings=extra)
-    for key, (l, part) in zip(("W1", "b1", "W2", "b2"), [(0, "W"), (0, "b"), (1, "W"), (1, "b")]):
-        assert_array(label, f"{what}[{key!r}]", got[key], expected[key], rtol=0.0, atol=bounds[l][part])
-
-
 # The summed loss is a float64 sum of squared float32 or float64 residuals: the residuals carry the
 # forward pass's rounding (float32: a few eps = a few 1e-7 relative, so rtol 1e-5; float64: rtol 1e-12);
 # the loss is of order 1, atol is for a loss of exactly 0 only.
@@ -222,8 +208,8 @@ def check_compute_local_gradients(fn: Callable[..., Any]) -> str:
         dtype = expected[0]["W1"].dtype
         # the shard's summed loss: G = 2 (y_hat - y) / d_out; scaling by n_k before or after: 2 more roundings
         params, (X_k, Y_k) = inputs[0][0], inputs[0][1]
-        _assert_gradients_within_bound(label, "grad_sum", grads, expected[0], params, X_k, Y_k,
-                                       scale=2 / Y_k.shape[1], extra=2)
+        assert_mlp_gradients_within_bound(label, "grad_sum", grads, expected[0], params, X_k, Y_k,
+                                          scale=2 / Y_k.shape[1], extra=2)
         assert_scalar(label, "loss_sum", loss_sum, expected[1], **_LOSS_TOL[dtype])
         if type(loss_sum) is not float:
             raise CheckFailure(f"[{label}] loss_sum must be a Python float (float(...)), got {type(loss_sum).__name__}")
@@ -429,16 +415,8 @@ def check_data_parallel_train_step(fn: Callable[..., Any]) -> str:
         params, shards, lr = inputs[0]
         X = np.concatenate([np.asarray(sh[0]) for sh in shards])
         Y = np.concatenate([np.asarray(sh[1]) for sh in shards])
-        if not isinstance(new_params, dict) or set(new_params) != set(expected[0]):
-            assert_array_dict(label, "new_params", new_params, expected[0])  # the type and keys message
-        from trainsys.tolerance import mse_gradient_bound, sgd_update_bound
-
-        bounds = mse_gradient_bound([params["W1"], params["W2"]], [params["b1"], params["b2"]], X, Y, dtype,
-                                    extra_roundings=len(shards) + 2)
-        for key, (l, part) in zip(("W1", "b1", "W2", "b2"), [(0, "W"), (0, "b"), (1, "W"), (1, "b")]):
-            grad = (np.asarray(params[key], np.float64) - expected[0][key]) / lr
-            assert_array(label, f"new_params[{key!r}]", new_params[key], expected[0][key], rtol=0.0,
-                         atol=sgd_update_bound(params[key], grad, bounds[l][part], lr, dtype))
+        assert_mlp_gradients_within_bound(label, "new_params", new_params, expected[0], params, X, Y,
+                                          extra=len(shards) + 2, lr=lr)
         assert_scalar(label, "loss", loss, expected[1], **_LOSS_TOL[dtype])
         if type(loss) is not float:
             raise CheckFailure(f"[{label}] loss must be a Python float (float(...)), got {type(loss).__name__}")
