@@ -25,6 +25,7 @@ from trainsys.grading._harness import (
     assert_array_dict,
     assert_scalar,
     assert_tuple,
+    assert_within_rounding,
     expect_raises,
     expect_raises_naming_any,
     passed,
@@ -311,8 +312,10 @@ def check_linear_forward(fn: Callable[..., Any]) -> str:
          _args(_normal(14, (3, 2), np.float64), _normal(15, (2, 5)), _normal(16, (5,)))),
     ]
 
-    def compare(label: str, got: Any, expected: np.ndarray) -> None:
-        assert_array(label, "Z", got, expected)
+    def compare(label: str, got: Any, expected: np.ndarray, inputs: Args) -> None:
+        # d_in products summed and a bias added, in any order: 2·γ_{d_in+1} of |X| |W| + |b| (trainsys.tolerance)
+        X, W, b = (np.asarray(a, np.float64) for a in inputs[0])
+        assert_within_rounding(label, "Z", got, expected, np.abs(X) @ np.abs(W) + np.abs(b), X.shape[1] + 1)
 
     X, W, b = _normal(1, (4, 3)), _normal(2, (3, 2)), _normal(3, (2,))
     invalid = [
@@ -322,7 +325,8 @@ def check_linear_forward(fn: Callable[..., Any]) -> str:
         ("integer W", TE, "W", _args(X, np.ones((3, 2), dtype=np.int64), b)),
         ("X as a Python list of floats", TE, "X", _args(X.tolist(), W, b)),
     ]
-    count = run_cases("linear_forward", fn, ref.linear_forward, cases, compare, invalid, count_only=True)
+    count = run_cases("linear_forward", fn, ref.linear_forward, cases, compare, invalid, count_only=True,
+                      compare_with_inputs=True)
     bias = [
         ("b has 3 entries for 2 outputs", _normal(5, (3,))),
         ("b has shape (1, 2)", b.reshape(1, 2)),
@@ -381,8 +385,20 @@ def check_mlp_forward(fn: Callable[..., Any]) -> str:
 
     def compare(label: str, got: Any, expected: tuple[np.ndarray, dict[str, np.ndarray]], inputs: Args) -> None:
         Y_hat, cache = assert_tuple(label, "the result (Y_hat, cache)", got, 2)
-        assert_array(label, "Y_hat", Y_hat, expected[0])
-        assert_array_dict(label, "cache", cache, expected[1])
+        # the forward on absolute values bounds every rounding of Z1 (d_in + 1) and Y_hat (+ d_hidden + 2)
+        from trainsys.tolerance import relu_chain_magnitudes
+
+        params, X = inputs[0]
+        W1, b1, W2, b2 = (np.abs(np.asarray(params[k], np.float64)) for k in ("W1", "b1", "W2", "b2"))
+        M_Z1 = np.abs(np.asarray(X, np.float64)) @ W1 + b1
+        M_Y, _ = relu_chain_magnitudes([W1, W2], [b1, b2], X, np.zeros(expected[0].shape))
+        k_Z1, k_Y = W1.shape[0] + 1, W1.shape[0] + W2.shape[0] + 4
+        assert_within_rounding(label, "Y_hat", Y_hat, expected[0], M_Y, k_Y)
+        if not isinstance(cache, dict) or set(cache) != set(expected[1]):
+            assert_array_dict(label, "cache", cache, expected[1])  # the type and keys message
+        assert_within_rounding(label, "cache['X']", cache["X"], expected[1]["X"], 0.0, 0)
+        assert_within_rounding(label, "cache['Z1']", cache["Z1"], expected[1]["Z1"], M_Z1, k_Z1)
+        assert_within_rounding(label, "cache['A1']", cache["A1"], expected[1]["A1"], M_Z1, k_Z1)
         if cache["X"] is not inputs[0][1]:
             raise CheckFailure(f"[{label}] cache['X'] must be the caller's X itself (a reference, not a copy): "
                                "a copy doubles the memory of the input batch for nothing")
@@ -471,11 +487,13 @@ def check_linear_backward(fn: Callable[..., Any]) -> str:
     cases = [(f"batch={n}, d_in={a}, d_out={b}, {np.dtype(t).name}", case(i, n, a, b, t))
              for i, (n, a, b, t) in enumerate(shapes)]
 
-    def compare(label: str, got: Any, expected: tuple[np.ndarray, ...]) -> None:
+    def compare(label: str, got: Any, expected: tuple[np.ndarray, ...], inputs: Args) -> None:
         dX, dW, db = assert_tuple(label, "the result (dX, dW, db)", got, 3)
-        assert_array(label, "dX", dX, expected[0])
-        assert_array(label, "dW", dW, expected[1])
-        assert_array(label, "db", db, expected[2])
+        # each a sum in any order: dX over d_out, dW and db over the batch (trainsys.tolerance)
+        G, X, W = (np.abs(np.asarray(a, np.float64)) for a in inputs[0])
+        assert_within_rounding(label, "dX", dX, expected[0], G @ W.T, G.shape[1])
+        assert_within_rounding(label, "dW", dW, expected[1], X.T @ G, G.shape[0])
+        assert_within_rounding(label, "db", db, expected[2], G.sum(axis=0), G.shape[0])
 
     dOut, X, W = _normal(1, (4, 2)), _normal(2, (4, 3)), _normal(3, (3, 2))
     invalid = [
@@ -486,7 +504,7 @@ def check_linear_backward(fn: Callable[..., Any]) -> str:
         ("integer X (the contract's dtype is floating point)", BAD, "X",
          _args(dOut, np.ones((4, 3), dtype=np.int64), W)),
     ]
-    return run_cases("linear_backward", fn, ref.linear_backward, cases, compare, invalid)
+    return run_cases("linear_backward", fn, ref.linear_backward, cases, compare, invalid, compare_with_inputs=True)
 
 
 # --- Lesson 8 --------------------------------------------------------------------------------------
@@ -540,10 +558,12 @@ def check_first_linear_backward(fn: Callable[..., Any]) -> str:
     cases = [(f"batch={n}, d_in={a}, d_hidden={h}" + (", float64" if t is np.float64 else ""), case(i, n, a, h, t))
              for i, (n, a, h, t) in enumerate(shapes)]
 
-    def compare(label: str, got: Any, expected: tuple[np.ndarray, np.ndarray]) -> None:
+    def compare(label: str, got: Any, expected: tuple[np.ndarray, np.ndarray], inputs: Args) -> None:
         dW, db = assert_tuple(label, "the result (dW, db)", got, 2)
-        assert_array(label, "dW", dW, expected[0])
-        assert_array(label, "db", db, expected[1])
+        # batch sums in any order (trainsys.tolerance)
+        G, X = (np.abs(np.asarray(a, np.float64)) for a in inputs[0])
+        assert_within_rounding(label, "dW", dW, expected[0], X.T @ G, G.shape[0])
+        assert_within_rounding(label, "db", db, expected[1], G.sum(axis=0), G.shape[0])
 
     invalid = [
         ("dOut has 3 rows, X has 4", VE, ("dOut", "X"), _args(_normal(1, (3, 5)), _normal(2, (4, 2)))),
@@ -553,7 +573,8 @@ def check_first_linear_backward(fn: Callable[..., Any]) -> str:
         ("integer dOut", TE, "dOut", _args(np.ones((4, 5), dtype=np.int64), _normal(2, (4, 2)))),
         ("X as a Python list", TE, "X", _args(_normal(1, (2, 5)), [[1.0, 2.0], [3.0, 4.0]])),
     ]
-    count = run_cases("first_linear_backward", fn, ref.first_linear_backward, cases, compare, invalid, count_only=True)
+    count = run_cases("first_linear_backward", fn, ref.first_linear_backward, cases, compare, invalid, count_only=True,
+                      compare_with_inputs=True)
     _check_no_dx(fn)
     return passed("first_linear_backward", count + 1)
 
@@ -601,8 +622,17 @@ def check_mlp_backward(fn: Callable[..., Any]) -> str:
     cases.append(("cache of other W1 and b1 than the params passed (only W2 is read)", other_weights))
 
     def compare(label: str, got: Any, expected: dict[str, np.ndarray], inputs: Args) -> None:
-        assert_array_dict(label, "grads", got, expected)
         params, cache, dY_hat = inputs[0]
+        if not isinstance(got, dict) or set(got) != set(expected):
+            assert_array_dict(label, "grads", got, expected)  # the type and keys message
+        # the cache is given: only the backward rounds — dA1 over d_out (+ the mask), then the batch sums
+        G = np.abs(np.asarray(dY_hat, np.float64))
+        A1, X = (np.abs(np.asarray(cache[k], np.float64)) for k in ("A1", "X"))
+        G1 = G @ np.abs(np.asarray(params["W2"], np.float64)).T  # (batch, d_hidden), gates open: an upper bound
+        n, d_out = G.shape
+        for key, magnitude, k in (("W2", A1.T @ G, n), ("b2", G.sum(axis=0), n),
+                                  ("W1", X.T @ G1, d_out + 1 + n), ("b1", G1.sum(axis=0), d_out + 1 + n)):
+            assert_within_rounding(label, f"grads[{key!r}]", got[key], expected[key], magnitude, k)
         arrays = {**{f"params[{k!r}]": v for k, v in params.items()},
                   **{f"cache[{k!r}]": v for k, v in cache.items()}, "dY_hat": dY_hat}
         for key in got:
