@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainsys.tolerance import assert_within_rounding, gamma, mse_gradient_bound, relu_chain_magnitudes, rounding_bound
+from trainsys.tolerance import assert_within_rounding, mse_gradient_bound, mse_loss_bound, rounding_bound
 from trainsys.memtrain import mlp
 
 
@@ -107,15 +107,9 @@ def test_m1_10_mlp_backward_matches_torch_autograd(dtype) -> None:
     # Ours is computed in dtype. The path to dW1 chains the forward (d_in + 2, d_hidden + 2 roundings), the loss
     # gradient (2), the backward (d_out + 1) and the batch sum (n): k bounds every entry's roundings, relative to
     # the pass on absolute values with G = 2/(n d_out) (|Y_hat| + |Y|) (trainsys.tolerance, Higham Lemma 3.3).
-    n, d_out = Y.shape
     Ws, bs = [params["W1"], params["W2"]], [params["b1"], params["b2"]]
-    M_hat, _ = relu_chain_magnitudes(Ws, bs, X, np.zeros_like(Y))
     bounds = mse_gradient_bound(Ws, bs, X, Y, dtype)
-    k = (5 + 2) + (8 + 2) + 2 + (d_out + 1) + n
-    # the loss: each squared error |E|^2 moves by 2|E| dE + dE^2 with dE <= gamma_k (M_hat + |Y|), then a mean
-    dE = rounding_bound(M_hat + np.abs(Y), k, dtype, implementations=1)
-    E = np.abs(Y_hat.astype(np.float64) - Y)
-    assert abs(loss - t_loss) <= float(np.mean(2 * E * dE + dE**2)) + gamma(Y.size + 2, np.float64) * t_loss
+    assert abs(loss - t_loss) <= mse_loss_bound(Ws, bs, X, Y, dtype)
     for key, (l, part) in zip(mlp.PARAM_KEYS, [(0, "W"), (0, "b"), (1, "W"), (1, "b")], strict=True):
         assert grads[key].dtype == dtype and grads[key].shape == params[key].shape
         assert np.all(np.abs(grads[key] - t_grads[key]) <= bounds[l][part]), f"{key} beyond the derived bound"

@@ -29,7 +29,7 @@ import numpy as np
 
 __all__ = ["unit_roundoff", "gamma", "rounding_bound", "within_rounding", "assert_within_rounding",
            "reorder_tolerance", "relu_chain_magnitudes", "cross_entropy_gradient_bound",
-           "mse_gradient_bound", "sgd_update_bound", "AdamWRoundingBound"]
+           "mse_gradient_bound", "mse_loss_bound", "sgd_update_bound", "AdamWRoundingBound"]
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
@@ -252,3 +252,23 @@ def sgd_update_bound(theta: np.ndarray, gradient: np.ndarray, gradient_bound: np
     g = np.abs(np.asarray(gradient, np.float64)) + np.asarray(gradient_bound, np.float64)
     return lr * np.asarray(gradient_bound, np.float64) + rounding_bound(
         np.abs(np.asarray(theta, np.float64)) + lr * g, 2, dtype)
+
+
+def mse_loss_bound(weights: list[np.ndarray], biases: list[np.ndarray], X: np.ndarray, Y: np.ndarray,
+                   dtype: Any, *, extra_roundings: int = 0) -> float:
+    """How far two correct computations of a ReLU MLP's mean squared error may be: the prediction in ``dtype``
+    (each within ``δ = γ_kf·(M_ŷ + |Y|)`` of exact, ``kf = Σ (d_l + 2) + 1`` with the residual) moves each
+    square by ``2|E|δ + δ²``; both sides then accumulate in float64 (``γ_{n·d_out + 2 + extra}`` of the loss).
+    Returns twice the one-side bound (two implementations)."""
+    X64, Y64 = np.asarray(X, np.float64), np.asarray(Y, np.float64)
+    z = X64
+    for l, (W, b) in enumerate(zip(weights, biases)):
+        z = z @ np.asarray(W, np.float64) + np.asarray(b, np.float64)
+        z = np.maximum(z, 0) if l < len(weights) - 1 else z
+    M_hat, _ = relu_chain_magnitudes(weights, biases, X64, np.zeros_like(Y64))
+    sizes = [X64.shape[1]] + [np.asarray(W).shape[1] for W in weights]
+    delta = rounding_bound(M_hat + np.abs(Y64), sum(d + 2 for d in sizes[:-1]) + 1, dtype, implementations=1)
+    E = np.abs(z - Y64)
+    loss = float(np.mean(E**2))
+    one_side = float(np.mean(2 * E * delta + delta**2)) + gamma(Y64.size + 2 + int(extra_roundings), np.float64) * loss
+    return 2 * one_side

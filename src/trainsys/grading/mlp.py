@@ -442,7 +442,7 @@ def check_mse_loss_and_grad(fn: Callable[..., Any]) -> str:
     exact_case = "entries ±(1 + 2**-12), Y = 0 (squares exact only in float64)"
     cases.append((exact_case, _args((signs * (1 + 2.0**-12)).astype(np.float32), np.zeros((16, 4), np.float32))))
 
-    def compare(label: str, got: Any, expected: tuple[float, np.ndarray]) -> None:
+    def compare(label: str, got: Any, expected: tuple[float, np.ndarray], inputs: Args) -> None:
         loss, grad = assert_tuple(label, "the result (loss, dY_hat)", got, 2)
         if type(loss) is not float:
             raise CheckFailure(f"[{label}] loss must be a Python float, got {type(loss).__module__}.{type(loss).__name__}"
@@ -460,7 +460,9 @@ def check_mse_loss_and_grad(fn: Callable[..., Any]) -> str:
             # squares differ by up to 2 * 2**-24 ≈ 1.2e-7 relative; rtol 1e-5 is far from any formula error
             # (a factor, a mean over the wrong count) and atol 1e-7 covers the perfect prediction's loss 0.
             assert_scalar(label, "loss", loss, expected[0], rtol=1e-5, atol=1e-7)
-        assert_array(label, "dY_hat", grad, expected[1])
+        # 2/N (Y_hat - Y): the subtraction, 2/N and the product: 3 roundings of 2/N (|Y_hat| + |Y|)
+        Y_hat, Y = (np.abs(np.asarray(a, np.float64)) for a in inputs[0])
+        assert_within_rounding(label, "dY_hat", grad, expected[1], 2 / Y.size * (Y_hat + Y), 3)
 
     invalid = [
         ("shapes (4, 3) and (4, 2)", VE, "Y", _args(_normal(1, (4, 3)), _normal(2, (4, 2)))),
@@ -471,7 +473,7 @@ def check_mse_loss_and_grad(fn: Callable[..., Any]) -> str:
         ("integer Y_hat", TE, "Y_hat", _args(np.ones((4, 3), dtype=np.int64), _normal(1, (4, 3)))),
         ("Y as a Python list of floats", TE, "Y", _args(_normal(1, (2, 3)), _normal(2, (2, 3)).tolist())),
     ]
-    return run_cases("mse_loss_and_grad", fn, ref.mse_loss_and_grad, cases, compare, invalid)
+    return run_cases("mse_loss_and_grad", fn, ref.mse_loss_and_grad, cases, compare, invalid, compare_with_inputs=True)
 
 
 # --- Lesson 7 --------------------------------------------------------------------------------------
