@@ -15,8 +15,8 @@ from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+from trainsys._paths import BIN, REPO  # re-exported: the course's tools import them from here
+from trainsys.syllabus import markdown_words
 
 
 def assignments(root: Path = REPO) -> list[str]:
@@ -125,8 +125,6 @@ def solved_answers(course: Path, assignment: str) -> dict[str, dict[str, str]]:
 def lesson_words(notebook: Path) -> int:
     """A lesson's length as a reader meets it: the whitespace-separated words of its markdown cells
     (mathematics included, code cells and the header line with XP and time not)."""
-    from trainsys.syllabus import markdown_words
-
     return markdown_words(nbformat.read(notebook, as_version=4))
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from trainsys.course import REPO
+from trainsys._paths import REPO
 
 XP_PER_LESSON = 5
 READING_WORDS_PER_MINUTE = 150

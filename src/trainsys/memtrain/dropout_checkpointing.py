@@ -1,6 +1,6 @@
 r"""Module 1, Part 3 — dropout under activation checkpointing: replay the random masks, do not redraw them.
 
-The deep MLP of :mod:`trainsys.memtrain.checkpointing` with inverted dropout (Srivastava et al. 2014)
+The deep MLP of :mod:`trainsys.memtrain.deep_mlp` with inverted dropout (Srivastava et al. 2014)
 after every hidden ReLU. For a hidden layer ``l < L−1``, with ``a_l: (n, w_l)``:
 
 .. math::
@@ -49,7 +49,7 @@ from trainsys._validation import (
     require_real,
     require_same_shape,
 )
-from trainsys.memtrain.checkpointing import Layer, _layer_forward, _validate_dY, validate_deep_params
+from trainsys.memtrain.deep_mlp import Layer, _layer_forward, _validate_dY, validate_deep_params
 from trainsys.memtrain.mlp import first_linear_backward, linear_backward, relu_backward
 
 PLAIN_CACHE_KEYS: tuple[str, ...] = ("p", "a", "keep")
