@@ -4,6 +4,7 @@ check, answers and tests; and every lesson, release and check has a key."""
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 
@@ -52,3 +53,42 @@ def test_places_and_key_errors_name_what_was_given() -> None:
         places("m9p9.99")
     with pytest.raises(ValueError, match="lesson notebook.*'solutions/intro.ipynb'"):
         lesson_key("solutions/intro.ipynb")
+
+
+CHECKLIST_PLACES = (  # every place README's "Writing a lesson" must name, as it names them
+    "src/trainsys/<reference>.py", "tests/test_<tests>.py", "src/trainsys/grading/<checks>.py",
+    "src/trainsys/grading/__init__.py", "tests/mutants/<mutants>.py", "tests/redteam/<mp>.py",
+    "tests/clauses/<checks>.py", "solutions/<part>/<NN>_<function>.ipynb", "solutions/<part>/<NN>_<function>",
+    "_toc.yml", "notebooks/<part>/<NN>_<function>.ipynb", "make release",
+)
+
+
+def _checklist() -> str:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Writing a lesson\n")
+    return readme[start:readme.index("\n## ", start + 1)]
+
+
+@pytest.mark.parametrize("key", LESSONS, ids=[f"{k} {l.function}" for k, l in LESSONS.items()])
+def test_readme_checklist_names_the_lessons_files(key: str) -> None:
+    """Every file README's checklist names, filled in for this lesson, is where the lesson's pieces are."""
+    text, lesson = _checklist(), LESSONS[key]
+    missing = [place for place in CHECKLIST_PLACES if f"`{place}`" not in text]
+    assert not missing, f"README's 'Writing a lesson' no longer names {missing}"
+    registered = answers()[lesson.function]
+    check_stem = lesson.check.split(".")[-2]
+    fill = {"<reference>": "/".join(lesson.reference.split(".")[1:-1]), "<checks>": check_stem,
+            "<mutants>": registered["tests.mutants"][0].rsplit(".", 1)[1], "<mp>": lesson.part,
+            "<part>": lesson.source.parts[1], "<NN>": key.split(".")[1], "<function>": lesson.function}
+    assert registered["tests.redteam"] == (f"tests.redteam.{lesson.part}",), registered
+    assert registered["tests.clauses"] == (f"tests.clauses.{check_stem}",), registered
+    toc = (ROOT / "_toc.yml").read_text()
+    tests = {p.stem[len("test_"):] for p in files_naming(lesson.function)}
+    for place in re.findall(r"`((?:src|tests|solutions|notebooks)/[^`\s…]+|_toc\.yml)`", text):
+        if "<tests>" in place:
+            assert any((ROOT / place.replace("<tests>", t)).is_file() for t in tests), (place, tests)
+            continue
+        for placeholder, value in fill.items():
+            place = place.replace(placeholder, value)
+        assert "<" not in place, f"README names {place} with a placeholder the test does not know"
+        assert (ROOT / place).is_file() or f"file: {place}\n" in toc, f"{key}: README's {place} does not exist"
