@@ -17,6 +17,9 @@ goes straight for them. Kinds of attack (``Student.kind``):
 ``scoring``    nbgrader's scoring rules (display tricks, lazily patched tests, answer metadata removed,
                own graded cells, changed points);
 ``feedback``   script and remote content in outputs and markdown cells;
+``intake``     the submitted folder as a file system: links (to a classmate's notebook, to ``solutions/``, out of
+               the course, to ``/dev/urandom``, an assignment folder linked to ``solutions/``), a FIFO, a device
+               node, a 200 MB notebook (issue 23; bad ids and stray files beside the class: :func:`plant_strays`);
 ``honest``     honest students, some with submissions a careless grader gets wrong.
 
 Expected scores: a correct ``relu_forward`` bundled with an attack that the grader shrugs off earns
@@ -34,9 +37,12 @@ import json
 import os
 import shutil
 import site
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import nbformat
 
 from trainsys.course import REPO, answer_sources, run_nbgrader, submit
 
@@ -52,7 +58,8 @@ CANARY_SOLUTIONS = "CANARY-solutions-3b97e2"  # in a later assignment's source n
 CANARY_HIDDEN = "CANARY-hidden-tests-6f02aa"  # inside the hidden-test region of the graded lesson's source
 CANARY_ENV = "CANARY-environment-51e6b9"  # in the grading command's environment
 CANARY_ENV_NAME = "TRAINSYS_HOSTILE_SECRET"
-CANARIES = (CANARY_CLASSMATE, CANARY_GRADEBOOK, CANARY_SOLUTIONS, CANARY_HIDDEN, CANARY_ENV)
+CANARY_OUTSIDE = "CANARY-outside-course-9e21c4"  # in a notebook outside the course, a link's target
+CANARIES = (CANARY_CLASSMATE, CANARY_GRADEBOOK, CANARY_SOLUTIONS, CANARY_HIDDEN, CANARY_ENV, CANARY_OUTSIDE)
 HIDDEN_CODE = ("BEGIN HIDDEN TESTS", f"check_{FUNCTION}(")
 
 WROTE = "HOSTILE-WROTE"  # every write attempt writes this; sources spell it "HOSTILE" + "-WROTE"
@@ -69,6 +76,7 @@ class Student:
     attacks: list[str] = field(default_factory=list)  # what it tries, one entry per attack
     edit: Callable[[dict], None] | None = None  # a change to the notebook's JSON beyond the answer cell
     flags: list[str] = field(default_factory=list)  # substrings expected among its flags
+    plant: Callable[[Path, Path], None] | None = None  # changes the submitted folder (course, folder) as a file system
 
 
 # --- the course -----------------------------------------------------------------------------------------
@@ -656,6 +664,130 @@ def _markdown_cell(nb: dict) -> None:
                        "source": "![x](attachment:x.svg)"})
 
 
+# --- the submission folder as a file system (issue 23) -----------------------------------------------------------
+# Big payloads are cheap: the 200 MB notebook is a sparse file; the kernel makes the floods (300 MB of prints,
+# a 100 MB exception: the grading run must stay under its 1.5 GiB peak, and nbgrader reads the exception twice).
+PRINT_300_MB = "chunk = '.' * (2**20 - 1)\nfor step in range(300):\n    print(chunk)\n"
+RAISE_100_MB = "raise ValueError('boom ' * (20 * 2**20))\n"
+BIG_MARKDOWN_MB = 24  # under the intake's 32 MiB cap: staged, graded, and cut on the feedback page
+REFUSED = ["refused, not graded"]
+
+
+def _replace_notebook(make: Callable[[Path, Path], None]) -> Callable[[Path, Path], None]:
+    """A plant that removes the submitted notebook and puts ``make(course, path)`` in its place."""
+    def plant(course: Path, folder: Path) -> None:
+        path = folder / f"{STEM}.ipynb"
+        path.unlink()
+        make(course, path)
+    return plant
+
+
+def _outside_notebook(course: Path) -> Path:
+    """A solved notebook outside the course (an instructor's home), with a canary."""
+    path = course.parent / "instructor-home" / f"{STEM}.ipynb"
+    if not path.exists():
+        path.parent.mkdir(parents=True)
+        folder = submit(course, "outside-template", ASSIGNMENT, {f"{STEM}.ipynb": {FUNCTION: solution()
+                                                                                   + f"# {CANARY_OUTSIDE}\n"}})
+        shutil.move(folder / f"{STEM}.ipynb", path)
+        shutil.rmtree(course / "submitted" / "outside-template")
+    return path
+
+
+def _device(course: Path, path: Path) -> None:
+    """A character device node with /dev/urandom's numbers where the grader can create one (root, CAP_MKNOD);
+    elsewhere a link to /dev/zero stands in (a device behind a link, refused as a link)."""
+    try:
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 9))
+    except PermissionError:
+        path.symlink_to("/dev/zero")
+
+
+def _folder_linked_to_solutions(course: Path, folder: Path) -> None:
+    shutil.rmtree(folder)
+    folder.symlink_to(course / "solutions" / ASSIGNMENT, target_is_directory=True)
+
+
+def _sparse_200_mb(course: Path, folder: Path) -> None:
+    with (folder / f"{STEM}.ipynb").open("r+b") as handle:
+        handle.truncate(200 * 2**20)  # a solved notebook padded to 200 MB; no disk used
+
+
+def _mac_zip_of_an_old_notebook(course: Path, folder: Path) -> None:
+    """A solved notebook saved as nbformat 3, inside what a zip made on a Mac unpacks to."""
+    path = folder / f"{STEM}.ipynb"
+    nbformat.write(nbformat.convert(nbformat.read(path, as_version=4), 3), path, version=3)
+    (folder / ".DS_Store").write_bytes(b"\0\0\0\1Bud1" + bytes(100))
+    (folder / "__MACOSX").mkdir()
+    (folder / "__MACOSX" / f"._{STEM}.ipynb").write_bytes(b"\0\5\x16\7" + bytes(100))
+    (folder / ".ipynb_checkpoints").mkdir()
+    (folder / ".ipynb_checkpoints" / f"{STEM}-checkpoint.ipynb").symlink_to(path)
+    (folder / "Thumbs.db").write_bytes(bytes(64))
+
+
+def _append_cells(*sources: str, markdown_mb: int = 0) -> Callable[[dict], None]:
+    def edit(nb: dict) -> None:
+        for index, source in enumerate(sources):
+            _cells(nb).append(_code_cell(f"after-tests-{index}", source))
+        if markdown_mb:
+            _cells(nb).append({"cell_type": "markdown", "id": "long-notes", "metadata": {},
+                               "source": "My notes. " * (markdown_mb * 2**20 // 10)})
+    return edit
+
+
+def intake_students(relu: str) -> list[Student]:
+    """Students whose submitted folder is the attack, or whose honest notebook floods or is old."""
+    zero, full = (0.0, 0.0), (2.0, 3.0)
+    return [
+        Student("link_classmate", "intake", None, zero, ["the notebook is a link to a classmate's notebook"],
+                plant=_replace_notebook(lambda course, path: path.symlink_to(
+                    course / "submitted" / "honest_solved" / ASSIGNMENT / f"{STEM}.ipynb")), flags=REFUSED),
+        Student("link_solutions", "intake", None, zero, ["the notebook is a link to solutions/ (the source)"],
+                plant=_replace_notebook(lambda course, path: path.symlink_to(
+                    course / "solutions" / ASSIGNMENT / f"{STEM}.ipynb")), flags=REFUSED),
+        Student("link_outside", "intake", None, zero, ["the notebook is a link to a file outside the course"],
+                plant=_replace_notebook(lambda course, path: path.symlink_to(_outside_notebook(course))),
+                flags=REFUSED),
+        Student("link_urandom", "intake", None, zero, ["the notebook is a link to /dev/urandom"],
+                plant=_replace_notebook(lambda course, path: path.symlink_to("/dev/urandom")), flags=REFUSED),
+        Student("link_folder", "intake", None, zero, ["the assignment folder is a link to solutions/"],
+                plant=_folder_linked_to_solutions, flags=["the assignment folder is a symbolic link"]),
+        Student("fifo", "intake", None, zero, ["the notebook is a FIFO (reading it would block the grader)"],
+                plant=_replace_notebook(lambda course, path: os.mkfifo(path)), flags=REFUSED),
+        Student("device", "intake", None, zero, ["the notebook is a device node (/dev/urandom's numbers)"],
+                plant=_replace_notebook(_device), flags=REFUSED),
+        Student("huge_notebook", "intake", relu, zero, ["a solved notebook padded to 200 MB"],
+                plant=_sparse_200_mb, flags=["over the 32 MiB limit"]),
+        Student("mac_zip_nbformat3", "honest", relu, full,
+                ["a solved notebook saved as nbformat 3, with .DS_Store, __MACOSX/, .ipynb_checkpoints/ (a link) and "
+                 "Thumbs.db beside it"], plant=_mac_zip_of_an_old_notebook,
+                flags=["upgraded from nbformat 3.0", "skipped .DS_Store", "skipped __MACOSX/"]),
+        Student("prints_300_mb", "honest", relu, full, ["300 MB of prints in a cell after the tests"],
+                edit=_append_cells(PRINT_300_MB)),
+        Student("exception_100_mb", "feedback", relu, full,
+                ["a 100 MB exception message, and a 24 MB markdown cell"],
+                edit=_append_cells(RAISE_100_MB, markdown_mb=BIG_MARKDOWN_MB)),
+    ]
+
+
+#: Entries of submitted/ that are not graded (no job), with the start of the reason the run's report gives.
+def plant_strays(course: Path) -> dict[str, str]:
+    """Stray files, bad ids and links at the top of ``submitted/``; the bad ids hold solved notebooks, so a
+    grader that took them as globs or options would grade (or wipe) classmates."""
+    submitted = course / "submitted"
+    (submitted / ".DS_Store").write_bytes(b"\0\0\0\1Bud1" + bytes(100))
+    (submitted / "__MACOSX" / "honest_solved").mkdir(parents=True)
+    for bad in ("--help", "[0]*", "...", "honest_solved "):
+        submit(course, bad, ASSIGNMENT, {f"{STEM}.ipynb": {FUNCTION: solution()}})
+    (submitted / "mallory").symlink_to(submitted / "honest_solved", target_is_directory=True)
+    os.mkfifo(submitted / "pipe")
+    (submitted / "stranger" / "unknown-assignment").mkdir(parents=True)
+    return {".DS_Store": "a macOS folder-view file", "__MACOSX": "macOS archive metadata",
+            "--help": "not a valid student id", "[0]*": "not a valid student id", "...": "not a valid student id",
+            "honest_solved ": "not a valid student id", "mallory": "a symbolic link", "pipe": "a FIFO",
+            "stranger/unknown-assignment": "not an assignment of this course"}
+
+
 # --- the roster -------------------------------------------------------------------------------------------------
 def students() -> list[Student]:
     relu = solution()
@@ -751,6 +883,8 @@ def students() -> list[Student]:
                  "the test cells' points changed to 200 and 300"], edit=_own_graded_cell),
         Student("answer_marked_graded", "scoring", relu, full,
                 ["the (correct) answer cell marked as a graded cell worth 50 points"], edit=_answer_marked_graded),
+        # the submission folder as a file system (issue 23): links, a FIFO, a device, floods, old formats
+        *intake_students(relu),
         # feedback pages
         Student("xss", "feedback", relu + XSS_OUTPUTS, full,
                 ["<script>, <img onerror>, javascript: links, iframes, meta refresh, remote images, CSS and forms "
@@ -778,6 +912,8 @@ def submit_student(course: Path, student: Student) -> Path:
         nb = json.loads(path.read_text())
         student.edit(nb)
         path.write_text(json.dumps(nb))
+    if student.plant is not None:
+        student.plant(course, folder)
     return folder
 
 

@@ -17,7 +17,7 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -39,6 +39,7 @@ from tests.hostile_class import (
     copy_course,
     make_course,
     plant_gradebook_canary,
+    plant_strays,
     resubmitter_first,
     site_packages,
     solution,
@@ -111,6 +112,7 @@ class Graded:
     alive_after: list[str]
     seconds: float
     resubmit_course: Path
+    strays: dict[str, str] = field(default_factory=dict)  # entries of submitted/ that must be skipped, and why
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +123,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     plant_gradebook_canary(course)
     roster = students()
     submit_class(course, roster)
+    strays = plant_strays(course)
     untouched = [s.name for s in roster if s.kind == "honest" and s.edit is None]
     submitted_before = {name: _digest(course / "submitted" / name / ASSIGNMENT / f"{STEM}.ipynb") for name in untouched}
     git_before, site_before = _git_status(), _site_fingerprint(course)
@@ -131,7 +134,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     while _marked_processes() and time.monotonic() < deadline:
         time.sleep(0.2)
     return Graded(course, roster, run.stdout + run.stderr, git_before, _git_status(), site_before,
-                  _site_fingerprint(course), submitted_before, _marked_processes(), seconds, resubmit_course)
+                  _site_fingerprint(course), submitted_before, _marked_processes(), seconds, resubmit_course, strays)
 
 
 def _cell_scores(course: Path) -> dict[tuple[str, str], float]:
@@ -402,3 +405,54 @@ def test_a_zeroed_student_who_resubmits_a_correct_answer_gets_full_marks(graded:
     assert (again[(tamperer.name, VISIBLE)], again[(tamperer.name, HIDDEN)]) == (2.0, 3.0)
     assert (again[(classmate.name, VISIBLE)], again[(classmate.name, HIDDEN)]) == classmate.expected
     assert not [f for f in load_result(course, tamperer.name, ASSIGNMENT).flags if "replaced" in f]
+
+
+# --- 9. the submission folder is data (issue 23) -------------------------------------------------------------------
+# (".." cannot be a folder's name: tests/test_intake.py checks the id pattern and the command line refuses it.)
+def test_stray_entries_and_bad_ids_are_skipped_and_listed(graded: Graded) -> None:
+    with (graded.course / "reports" / "intake.csv").open() as handle:
+        listed = {row["path"]: row["reason"] for row in csv.DictReader(handle)}
+    missing = {path: why for path, why in graded.strays.items() if not listed.get(f"submitted/{path}", "").startswith(why)}
+    assert not missing, (missing, listed)
+    for path in graded.strays:
+        assert f"skipped submitted/{path}: " in graded.stdout, path
+    student_folders = {p.name for p in (graded.course / "autograded").iterdir() if p.is_dir()}
+    assert student_folders == {s.name for s in graded.roster}, student_folders ^ {s.name for s in graded.roster}
+
+
+def test_refused_submissions_are_explained_on_the_students_page(graded: Graded) -> None:
+    for student in graded.roster:
+        if student.kind != "intake":
+            continue
+        page = graded.course / "feedback" / student.name / ASSIGNMENT / f"{STEM}.html"
+        assert page.is_file(), student.name
+        assert "Not graded: your submitted" in page.read_text(errors="replace"), student.name
+
+
+def test_the_submission_folder_is_left_as_it_was(graded: Graded) -> None:
+    import stat
+
+    submitted = graded.course / "submitted"
+    for name in ("link_classmate", "link_solutions", "link_outside", "link_urandom"):
+        assert (submitted / name / ASSIGNMENT / f"{STEM}.ipynb").is_symlink(), name
+    assert (submitted / "link_folder" / ASSIGNMENT).is_symlink()
+    assert stat.S_ISFIFO((submitted / "fifo" / ASSIGNMENT / f"{STEM}.ipynb").lstat().st_mode)
+    assert (submitted / "huge_notebook" / ASSIGNMENT / f"{STEM}.ipynb").stat().st_size == 200 * 2**20
+    assert not [p for p in submitted.rglob("*") if p.name.endswith((".corrupt", ".orig"))]
+    assert not [p for p in (graded.course / ".grading" / "intake").rglob("*")], "a staged submission was left"
+
+
+def test_no_feedback_page_is_over_the_documented_size(graded: Graded) -> None:
+    from trainsys.autograde.feedback import MAX_PAGE_BYTES
+
+    sizes = {str(p.relative_to(graded.course)): p.stat().st_size for p in (graded.course / "feedback").rglob("*.html")}
+    assert max(sizes.values()) <= MAX_PAGE_BYTES, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+    print(f"\nlargest feedback page: {max(sizes.values()) / 2**20:.2f} MiB (limit {MAX_PAGE_BYTES / 2**20:.0f} MiB)")
+
+
+def test_floods_reach_the_page_cut_with_a_note(graded: Graded) -> None:
+    for name, shown in (("prints_300_mb", "...................."), ("exception_100_mb", "ValueError")):
+        page = (graded.course / "feedback" / name / ASSIGNMENT / f"{STEM}.html").read_text(errors="replace")
+        assert "characters not shown" in page and shown in page, name
+    autograded = graded.course / "autograded" / "prints_300_mb" / ASSIGNMENT / f"{STEM}.ipynb"
+    assert autograded.stat().st_size < 2**20, f"the autograded notebook holds {autograded.stat().st_size} bytes"
