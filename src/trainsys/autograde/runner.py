@@ -173,14 +173,15 @@ def grade_one(options: Options, student: str, assignment: str, slot: int = 0) ->
             raise ValueError(f"grade_one: {why}")
     start = time.perf_counter()
     result = JobResult(student, assignment, sandbox="sandboxed" if options.sandbox else "unsandboxed")
-    intake = INTAKE / uuid.uuid4().hex  # this job's own submitted/ folder, holding this one student
-    staged = options.course / intake / student / assignment
+    folder = INTAKE / uuid.uuid4().hex  # this job's own submitted/ folder, holding this one student
+    staged = options.course / folder / student / assignment
     try:
-        result.flags += stage(options.course, student, assignment, staged).flags
+        intake = stage(options.course, student, assignment, staged)
+        result.flags += intake.flags
         _clear_gradebook(options, student, assignment)
         sources = sorted((options.course / "solutions" / assignment).glob("*.ipynb"))
         wall = options.timeout * 4 * max(len(sources), 1) + 120
-        common = (f"--CourseDirectory.submitted_directory={intake}", f"--student={glob.escape(student)}", "--force",
+        common = (f"--CourseDirectory.submitted_directory={folder}", f"--student={glob.escape(student)}", "--force",
                   "--create")
         run = _nbgrader(options, "autograde", *common, "--", assignment, timeout=wall, slot=slot)
         if run.returncode != 0:
@@ -190,10 +191,12 @@ def grade_one(options: Options, student: str, assignment: str, slot: int = 0) ->
                                 assignment, timeout=options.timeout * 4 + 120, slot=slot)
                 if one.returncode != 0:
                     result.flags.append(f"{source.name}: not gradable ({_last_line(one.stderr)})")
-        reply = run_verifier(options, student, assignment, sources, slot, submitted=staged)
+        checked = [source for source in sources if source.name not in intake.refused]
+        reply = run_verifier(options, student, assignment, checked, slot, submitted=staged) if checked else {}
+        reply["verdicts"] = reply.get("verdicts", []) + _refused_verdicts(sources, intake.refused)
         result.flags += apply_verdicts(options, student, assignment, reply)
     finally:
-        shutil.rmtree(options.course / intake, ignore_errors=True)
+        shutil.rmtree(options.course / folder, ignore_errors=True)
     _fill_scores(options.course, result, options.db_url)
     result.seconds = round(time.perf_counter() - start, 2)
     marker = marker_path(options.course, student, assignment)
@@ -202,6 +205,20 @@ def grade_one(options: Options, student: str, assignment: str, slot: int = 0) ->
     tmp.write_text(json.dumps(asdict(result), indent=1))
     tmp.replace(marker)  # atomic: a job is complete exactly when its mark exists
     return result
+
+
+def _refused_verdicts(sources: list[Path], refused: dict[str, str]) -> list[dict]:
+    """Failed verdicts for the test cells of every refused notebook (its stand-in needs no re-check)."""
+    from trainsys.autograde.verify import read_lesson
+
+    verdicts = []
+    for source in sources:
+        lesson = read_lesson(source) if source.name in refused else None
+        if lesson is not None:
+            verdicts += [{"notebook": source.stem, "cell": cell, "status": "failed",
+                          "message": f"not graded: the submitted notebook was refused ({refused[source.name]})"}
+                         for cell in (lesson.visible_id, lesson.hidden_id)]
+    return verdicts
 
 
 def _last_line(text: str) -> str:
