@@ -7,21 +7,6 @@ import math
 
 import numpy as np
 
-PART = "m1p1-mlp-core"
-_NB = "notebooks/m1p1-mlp-core/"
-NOTEBOOKS = {
-    "make_synthetic_regression_batch": _NB + "01_make_synthetic_regression_batch.ipynb",
-    "init_mlp_params": _NB + "02_init_mlp_params.ipynb",
-    "linear_forward": _NB + "03_linear_forward.ipynb",
-    "relu_forward": _NB + "04_relu_forward.ipynb",
-    "mlp_forward": _NB + "05_mlp_forward.ipynb",
-    "mse_loss_and_grad": _NB + "06_mse_loss_and_grad.ipynb",
-    "linear_backward": _NB + "07_linear_backward.ipynb",
-    "relu_backward": _NB + "08_relu_backward.ipynb",
-    "first_linear_backward": _NB + "09_first_linear_backward.ipynb",
-    "mlp_backward": _NB + "10_mlp_backward.ipynb",
-}
-
 
 # --------------------------------------------------------------------------------------------------------------
 # shared student-style helpers (each written from the lessons' contracts)

@@ -16,15 +16,6 @@ from trainsys.memtrain.accumulation import (
 )
 from trainsys.memtrain.mlp import mlp_backward, mlp_forward, mse_loss_and_grad, sgd_step
 
-PART = "m1p2-gradient-accumulation"
-_NB = "notebooks/m1p2-gradient-accumulation/"
-NOTEBOOKS = {
-    "split_into_micro_batches": _NB + "11_split_into_micro_batches.ipynb",
-    "accumulate_gradients": _NB + "12_accumulate_gradients.ipynb",
-    "scale_accumulated_gradients": _NB + "13_scale_accumulated_gradients.ipynb",
-    "grad_accumulation_step": _NB + "14_grad_accumulation_step.ipynb",
-}
-
 
 def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

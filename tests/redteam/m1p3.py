@@ -16,15 +16,6 @@ from trainsys.memtrain.checkpointing import (
 )
 from trainsys.memtrain.mlp import first_linear_backward, linear_backward, linear_forward, relu_backward, relu_forward
 
-PART = "m1p3-activation-checkpointing"
-_NB = "notebooks/m1p3-activation-checkpointing/"
-NOTEBOOKS = {
-    "mlp_forward_checkpointed": _NB + "15_mlp_forward_checkpointed.ipynb",
-    "recompute_block_activations": _NB + "16_recompute_block_activations.ipynb",
-    "mlp_backward_checkpointed": _NB + "17_mlp_backward_checkpointed.ipynb",
-    "estimate_checkpointing_memory_savings": _NB + "18_estimate_checkpointing_memory_savings.ipynb",
-}
-
 
 def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

@@ -11,17 +11,6 @@ import numpy as np
 from trainsys.memtrain.mixed_precision import cast_to_half_precision, has_non_finite_gradients, unscale_gradients
 from trainsys.memtrain.mlp import mlp_backward, mlp_forward, mse_loss_and_grad
 
-PART = "m1p4-mixed-precision"
-_NB = "notebooks/m1p4-mixed-precision/"
-NOTEBOOKS = {
-    "cast_to_half_precision": _NB + "19_cast_to_half_precision.ipynb",
-    "make_master_params": _NB + "20_make_master_params.ipynb",
-    "scale_loss": _NB + "21_scale_loss.ipynb",
-    "unscale_gradients": _NB + "22_unscale_gradients.ipynb",
-    "has_non_finite_gradients": _NB + "23_has_non_finite_gradients.ipynb",
-    "mixed_precision_step": _NB + "24_mixed_precision_step.ipynb",
-}
-
 
 def _is_real(x) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))

@@ -11,17 +11,6 @@ import numpy as np
 from trainsys.memtrain.data_parallel import flatten_params, unflatten_params  # given in lesson 29's setup
 from trainsys.memtrain.mlp import mlp_backward, mlp_forward, mse_loss_and_grad, sgd_step  # given (Part 1)
 
-PART = "m1p5-data-parallel"
-_NB = "notebooks/m1p5-data-parallel/"
-NOTEBOOKS = {
-    "shard_dataset_across_workers": _NB + "25_shard_dataset_across_workers.ipynb",
-    "compute_local_gradients": _NB + "26_compute_local_gradients.ipynb",
-    "all_reduce_mean": _NB + "27_all_reduce_mean.ipynb",
-    "ring_all_reduce_mean": _NB + "28_ring_all_reduce_mean.ipynb",
-    "data_parallel_train_step": _NB + "29_data_parallel_train_step.ipynb",
-    "bucket_gradients": _NB + "30_bucket_gradients.ipynb",
-}
-
 
 # ======================================================================================================
 # Lesson 25 · shard_dataset_across_workers

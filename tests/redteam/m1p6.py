@@ -12,16 +12,6 @@ import numpy as np
 from trainsys.memtrain.data_parallel import flatten_params, unflatten_params
 from trainsys.memtrain.zero import all_gather_param_shards, local_shard_adam_update, partition_optimizer_state
 
-PART = "m1p6-zero-sharding"
-_NB = "notebooks/m1p6-zero-sharding/"
-NOTEBOOKS = {
-    "init_adam_state": _NB + "31_init_adam_state.ipynb",
-    "partition_optimizer_state": _NB + "32_partition_optimizer_state.ipynb",
-    "local_shard_adam_update": _NB + "33_local_shard_adam_update.ipynb",
-    "all_gather_param_shards": _NB + "34_all_gather_param_shards.ipynb",
-    "zero_optimizer_step": _NB + "35_zero_optimizer_step.ipynb",
-}
-
 
 # ======================================================================================================
 # Lesson 31 · init_adam_state

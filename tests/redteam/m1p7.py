@@ -32,16 +32,6 @@ from trainsys.memtrain.mlp import make_synthetic_regression_batch
 from trainsys.memtrain.ring_allreduce import ring_all_reduce_mean, ring_bytes_per_worker
 from trainsys.memtrain.zero import adam_step, init_adam_state, init_sharded_adam_states, zero_optimizer_step
 
-PART = "m1p7-memory-and-full-loop"
-_NB = "notebooks/m1p7-memory-and-full-loop/"
-NOTEBOOKS = {
-    "compute_param_memory_bytes": _NB + "36_compute_param_memory_bytes.ipynb",
-    "compute_optimizer_memory_bytes": _NB + "37_compute_optimizer_memory_bytes.ipynb",
-    "compute_peak_activation_memory_bytes": _NB + "38_compute_peak_activation_memory_bytes.ipynb",
-    "compare_memory": _NB + "39_compare_memory.ipynb",
-    "train": _NB + "40_train.ipynb",
-}
-
 
 # ======================================================================================================
 # Lesson 36 · compute_param_memory_bytes

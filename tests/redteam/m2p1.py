@@ -8,17 +8,6 @@ import numbers
 
 import numpy as np
 
-PART = "m2p1-model-forward-loss"
-_NB = "notebooks/m2p1-model-forward-loss/"
-NOTEBOOKS = {
-    "init_model_params": _NB + "01_init_model_params.ipynb",
-    "relu": _NB + "02_relu.ipynb",
-    "model_forward": _NB + "03_model_forward.ipynb",
-    "softmax": _NB + "04_softmax.ipynb",
-    "cross_entropy_loss": _NB + "05_cross_entropy_loss.ipynb",
-    "model_backward": _NB + "06_model_backward.ipynb",
-}
-
 
 # ======================================================================================================
 # Lesson 1 · init_model_params

@@ -7,15 +7,6 @@ import math
 
 import numpy as np
 
-PART = "m2p2-inner-adamw"
-NOTEBOOKS = {
-    "init_adamw_state": "notebooks/m2p2-inner-adamw/07_init_adamw_state.ipynb",
-    "update_moments": "notebooks/m2p2-inner-adamw/08_update_moments.ipynb",
-    "bias_correct_moments": "notebooks/m2p2-inner-adamw/09_bias_correct_moments.ipynb",
-    "adamw_param_step": "notebooks/m2p2-inner-adamw/10_adamw_param_step.ipynb",
-    "decoupled_weight_decay": "notebooks/m2p2-inner-adamw/11_decoupled_weight_decay.ipynb",
-}
-
 
 # ----------------------------------------------------------------------------------------------------------
 # Helpers a student would write once and reuse (validation only; every answer does its own arithmetic)

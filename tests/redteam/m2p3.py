@@ -8,14 +8,6 @@ import math
 
 import numpy as np
 
-PART = "m2p3-param-utilities"
-NOTEBOOKS = {
-    "clone_params": "notebooks/m2p3-param-utilities/12_clone_params.ipynb",
-    "scale_params": "notebooks/m2p3-param-utilities/13_scale_params.ipynb",
-    "subtract_params": "notebooks/m2p3-param-utilities/14_subtract_params.ipynb",
-    "average_params": "notebooks/m2p3-param-utilities/15_average_params.ipynb",
-}
-
 
 def _float_tree(name, tree):
     if not isinstance(tree, dict):
@@ -663,7 +655,6 @@ ALTERNATIVES = {
         ("weights validated first; loop over trees outside, keys inside", _avg_alt_loops),
     ],
 }
-
 
 
 _WITHIN_2U = ("the Rounding clause accepts any result within 2u of c*x; a float64 product rounded once is within u/2 "

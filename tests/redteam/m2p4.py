@@ -10,15 +10,6 @@ import numpy as np
 from trainsys.diloco.adamw import adamw_step, init_adamw_state
 from trainsys.diloco.model import cross_entropy_loss, model_backward, model_forward
 
-PART = "m2p4-sharding-local-training"
-NOTEBOOKS = {
-    "iid_shard_dataset": "notebooks/m2p4-sharding-local-training/16_iid_shard_dataset.ipynb",
-    "noniid_shard_dataset": "notebooks/m2p4-sharding-local-training/17_noniid_shard_dataset.ipynb",
-    "sample_worker_batch": "notebooks/m2p4-sharding-local-training/18_sample_worker_batch.ipynb",
-    "local_train_step": "notebooks/m2p4-sharding-local-training/19_local_train_step.ipynb",
-    "run_inner_steps": "notebooks/m2p4-sharding-local-training/20_run_inner_steps.ipynb",
-}
-
 
 # ----------------------------------------------------------------------------------------------------------
 # Validation helpers

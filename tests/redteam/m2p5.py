@@ -7,14 +7,6 @@ import math
 
 import numpy as np
 
-PART = "m2p5-outer-nesterov"
-NOTEBOOKS = {
-    "init_outer_optimizer": "notebooks/m2p5-outer-nesterov/21_init_outer_optimizer.ipynb",
-    "update_outer_momentum": "notebooks/m2p5-outer-nesterov/22_update_outer_momentum.ipynb",
-    "nesterov_outer_step": "notebooks/m2p5-outer-nesterov/23_nesterov_outer_step.ipynb",
-    "compute_outer_gradient": "notebooks/m2p5-outer-nesterov/24_compute_outer_gradient.ipynb",
-}
-
 
 def _float_tree(name, tree):
     if not isinstance(tree, dict):

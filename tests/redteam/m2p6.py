@@ -18,13 +18,6 @@ from trainsys.diloco.adamw import init_adamw_state
 from trainsys.diloco.model import cross_entropy_loss, model_backward, model_forward
 from trainsys.diloco.params import average_params, clone_params, params_nbytes
 
-PART = "m2p6-diloco-loop"
-NOTEBOOKS = {
-    "diloco_round": "notebooks/m2p6-diloco-loop/25_diloco_round.ipynb",
-    "train_diloco": "notebooks/m2p6-diloco-loop/26_train_diloco.ipynb",
-    "train_synchronous_baseline": "notebooks/m2p6-diloco-loop/27_train_synchronous_baseline.ipynb",
-}
-
 
 def _is_int(x):
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))

@@ -7,13 +7,6 @@ import numpy as np
 
 from trainsys.diloco.model import cross_entropy_loss, model_forward
 
-PART = "m2p7-evaluation-communication"
-NOTEBOOKS = {
-    "evaluate_heldout_loss": "notebooks/m2p7-evaluation-communication/28_evaluate_heldout_loss.ipynb",
-    "classification_accuracy": "notebooks/m2p7-evaluation-communication/29_classification_accuracy.ipynb",
-    "communication_savings": "notebooks/m2p7-evaluation-communication/30_communication_savings.ipynb",
-}
-
 
 # ----------------------------------------------------------------------------------------------------------
 # Shared validation of (params, X, y), as Lessons 28-29 describe it

@@ -11,12 +11,6 @@ from torch import nn
 
 from trainsys.fedavg.data import LabelledDataset
 
-PART = "m3p1-model-dataset"
-NOTEBOOKS = {
-    "build_mlp_classifier": "notebooks/m3p1-model-dataset/01_build_mlp_classifier.ipynb",
-    "build_synthetic_dataset": "notebooks/m3p1-model-dataset/02_build_synthetic_dataset.ipynb",
-    "train_test_split_dataset": "notebooks/m3p1-model-dataset/03_train_test_split_dataset.ipynb",
-}
 
 _SEED_MAX = 2**63 - 1
 

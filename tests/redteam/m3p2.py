@@ -10,13 +10,6 @@ import torch
 
 from trainsys.fedavg.data import LabelledDataset
 
-PART = "m3p2-client-partitioning"
-NOTEBOOKS = {
-    "partition_data_iid": "notebooks/m3p2-client-partitioning/04_partition_data_iid.ipynb",
-    "partition_data_non_iid": "notebooks/m3p2-client-partitioning/05_partition_data_non_iid.ipynb",
-    "count_client_samples": "notebooks/m3p2-client-partitioning/06_count_client_samples.ipynb",
-}
-
 
 def _is_int(x):
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))

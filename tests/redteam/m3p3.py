@@ -15,14 +15,6 @@ from trainsys.fedavg.client import local_sgd_step as _given_step           # Les
 from trainsys.fedavg.client import make_client_batches as _given_batches   # Lesson 8/10 setup cells import it
 from trainsys.fedavg.data import LabelledDataset
 
-PART = "m3p3-local-training"
-NOTEBOOKS = {
-    "make_client_batches": "notebooks/m3p3-local-training/07_make_client_batches.ipynb",
-    "compute_batch_loss": "notebooks/m3p3-local-training/08_compute_batch_loss.ipynb",
-    "local_sgd_step": "notebooks/m3p3-local-training/09_local_sgd_step.ipynb",
-    "train_client_locally": "notebooks/m3p3-local-training/10_train_client_locally.ipynb",
-}
-
 
 def _is_int(x):
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))

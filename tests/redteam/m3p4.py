@@ -11,16 +11,6 @@ import numpy as np
 import torch
 from torch import nn
 
-PART = "m3p4-param-aggregation"
-NOTEBOOKS = {
-    "clone_model_state": "notebooks/m3p4-param-aggregation/11_clone_model_state.ipynb",
-    "load_model_state": "notebooks/m3p4-param-aggregation/12_load_model_state.ipynb",
-    "zeros_like_state": "notebooks/m3p4-param-aggregation/13_zeros_like_state.ipynb",
-    "add_state_dicts": "notebooks/m3p4-param-aggregation/14_add_state_dicts.ipynb",
-    "scale_state_dict": "notebooks/m3p4-param-aggregation/15_scale_state_dict.ipynb",
-    "aggregate_weighted_average": "notebooks/m3p4-param-aggregation/16_aggregate_weighted_average.ipynb",
-}
-
 
 def _check_module(model):
     if not isinstance(model, nn.Module):

@@ -23,14 +23,6 @@ from trainsys.fedavg.server import select_clients as _given_select              
 from trainsys.fedavg.server import validate_fedavg_config
 from trainsys.fedavg.state import aggregate_weighted_average, clone_model_state, load_model_state
 
-PART = "m3p5-rounds-fedavg"
-NOTEBOOKS = {
-    "select_clients": "notebooks/m3p5-rounds-fedavg/17_select_clients.ipynb",
-    "run_communication_round": "notebooks/m3p5-rounds-fedavg/18_run_communication_round.ipynb",
-    "evaluate_accuracy": "notebooks/m3p5-rounds-fedavg/19_evaluate_accuracy.ipynb",
-    "run_fedavg": "notebooks/m3p5-rounds-fedavg/20_run_fedavg.ipynb",
-}
-
 
 def _is_int(x):
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))

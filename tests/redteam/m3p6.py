@@ -25,15 +25,6 @@ from trainsys.fedavg.server import (
     with_overrides,
 )
 
-PART = "m3p6-experiments"
-NOTEBOOKS = {
-    "train_centralized_baseline": "notebooks/m3p6-experiments/21_train_centralized_baseline.ipynb",
-    "run_fedavg_iid": "notebooks/m3p6-experiments/22_run_fedavg_iid.ipynb",
-    "run_fedavg_non_iid": "notebooks/m3p6-experiments/23_run_fedavg_non_iid.ipynb",
-    "compute_non_iid_gap": "notebooks/m3p6-experiments/24_compute_non_iid_gap.ipynb",
-    "rounds_to_target_vs_local_epochs": "notebooks/m3p6-experiments/25_rounds_to_target_vs_local_epochs.ipynb",
-    "accuracy_vs_client_fraction": "notebooks/m3p6-experiments/26_accuracy_vs_client_fraction.ipynb",
-}
 
 _FIELDS = {f.name for f in dataclasses.fields(FedAvgConfig)}
 
