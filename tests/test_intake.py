@@ -222,6 +222,17 @@ def test_stray_files_in_the_students_folder_are_skipped_and_listed(course: Path,
     assert sorted(p.name for p in (tmp_path / "staged").iterdir()) == [NOTEBOOK]
 
 
+def test_a_hard_link_is_graded_and_flagged(course: Path, tmp_path: Path) -> None:
+    _submit(course, "alice", "x = 7")
+    folder = course / "submitted" / "eve" / ASSIGNMENT
+    folder.mkdir(parents=True)
+    os.link(course / "submitted" / "alice" / ASSIGNMENT / NOTEBOOK, folder / NOTEBOOK)
+    staged = stage(course, "eve", ASSIGNMENT, tmp_path / "staged")
+    assert staged.refused == {} and _staged_answer(tmp_path / "staged") == "x = 7"
+    assert staged.flags == [f"{NOTEBOOK}: graded, but it is a hard link (2 names for one file): check that no other "
+                            "name is a classmate's submission"]
+
+
 def test_stage_refuses_an_invalid_id(course: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a valid student id"):
         stage(course, "[0]*", ASSIGNMENT, tmp_path / "staged")

@@ -19,7 +19,9 @@ folder on the way is opened with ``O_NOFOLLOW`` relative to its parent's descrip
 with ``lstat`` and opened with ``O_NOFOLLOW | O_NONBLOCK``, and the opened file must be the regular file
 that was checked. A symbolic link (to a classmate's notebook, to ``solutions/``, out of the course, to
 ``/dev/urandom``), a FIFO, a device or a socket is refused without being opened; so is a notebook over
-:data:`MAX_NOTEBOOK_BYTES` (read up to that many bytes plus one, never more). A refused or unreadable notebook
+:data:`MAX_NOTEBOOK_BYTES` (read up to that many bytes plus one, never more). A hard link is a regular file
+(it cannot name a folder, nor cross file systems) and is graded, flagged for the instructor: collection tools
+(``nbgrader collect``, ``zip_collect``) write copies, so a second name may be a classmate's file. A refused or unreadable notebook
 is replaced in the staged copy by the release with a notice cell at its top, so nbgrader scores it 0 and
 the student's feedback page says why; the instructor reads the same reason among the job's flags.
 
@@ -362,6 +364,10 @@ def stage(course: Path, student: str, assignment: str, target: Path) -> Staged:
                 result.refused[name] = str(exc)
                 continue
             result.flags += [f"{name}: {change}" for change in changes]
+            links = os.stat(name, dir_fd=fds[-1], follow_symlinks=False).st_nlink
+            if links > 1:  # collection tools write copies; a hard link may share a classmate's file
+                result.flags.append(f"{name}: graded, but it is a hard link ({links} names for one file): check that "
+                                    "no other name is a classmate's submission")
             nbformat.write(nb, target / name)
     finally:
         for fd in reversed(fds):
