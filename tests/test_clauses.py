@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.clauses import all_witnesses, clause_problems
+from trainsys.syllabus import lesson_key
 from trainsys.grading.clauses import declared_clauses, stated_clauses
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +23,7 @@ DECLARED = declared_clauses()
 WITNESSES = all_witnesses()
 
 
-@pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
+@pytest.mark.parametrize("lesson", LESSONS, ids=[f"{lesson_key(p)} {p.stem[3:]}" for p in LESSONS])
 def test_every_stated_clause_is_declared(lesson: Path) -> None:
     function, stated = stated_clauses(lesson)
     declared = DECLARED.get(function, {})

@@ -14,6 +14,7 @@ import pkgutil
 import pytest
 
 import tests.redteam as redteam
+from tests.lesson_index import by_function
 import trainsys.grading as grading
 
 MODULES = [importlib.import_module(f"tests.redteam.{m.name}") for m in pkgutil.iter_modules(redteam.__path__)
@@ -28,7 +29,8 @@ def _cases(kind: str) -> list:
             for desc, fn in entries:
                 marks = [pytest.mark.xfail(strict=True, reason="OPEN: the check does not catch this yet")] \
                     if (name, desc) in open_ else []
-                cases.append(pytest.param(name, fn, id=f"{module.__name__.rsplit('.', 1)[1]}:{name}: {desc[:80]}",
+                key = by_function()[name].key if name in by_function() else module.__name__.rsplit(".", 1)[1]
+                cases.append(pytest.param(name, fn, id=f"{key} {name}: {desc[:80]}",
                                           marks=marks))
     return cases
 
