@@ -110,9 +110,14 @@ def _why_not_a_folder(mode: int) -> str:
     return "a file, not a folder" if stat.S_ISREG(mode) else "not a regular file or folder"
 
 
+def system_file(name: str) -> str | None:
+    """What operating system or tool left ``name`` behind; ``None`` for any other name."""
+    return SYSTEM_FILES.get(name) or ("a macOS resource fork (._ file)" if name.startswith("._") else None)
+
+
 def _why_skipped(name: str, mode: int, kind: str) -> str | None:
-    if name in SYSTEM_FILES or name.startswith("._"):
-        return SYSTEM_FILES.get(name, "a macOS resource fork (._ file)")
+    if (what := system_file(name)) is not None:
+        return what
     if not stat.S_ISDIR(mode):
         return _why_not_a_folder(mode)
     return check_id(name, kind)
@@ -148,8 +153,8 @@ def survey(course: Path, assignments: list[str] | None = None) -> Survey:
             continue
         for assignment, mode in entries:
             relative = f"{shown(name)}/{shown(assignment)}"
-            if assignment in SYSTEM_FILES or assignment.startswith("._"):
-                result.skipped.append(Skipped(relative, SYSTEM_FILES.get(assignment, "a macOS resource fork")))
+            if (what := system_file(assignment)) is not None:
+                result.skipped.append(Skipped(relative, what))
             elif stat.S_ISLNK(mode) and assignment in known:
                 if assignments is None or assignment in assignments:
                     result.jobs.append((name, assignment))  # refused in stage(), with the student told why
@@ -159,7 +164,7 @@ def survey(course: Path, assignments: list[str] | None = None) -> Survey:
                 result.skipped.append(Skipped(relative, why))
             elif assignment not in known:
                 result.skipped.append(Skipped(relative, "not an assignment of this course (no solutions/"
-                                                        f"{assignment[:60]}/)"))
+                                                        f"{shown(assignment)}/)"))
             elif assignments is None or assignment in assignments:
                 result.jobs.append((name, assignment))
     return result
@@ -354,8 +359,7 @@ def stage(course: Path, student: str, assignment: str, target: Path) -> Staged:
                 continue
             if name not in expected:
                 mode = os.stat(name, dir_fd=fds[-1], follow_symlinks=False).st_mode
-                what = SYSTEM_FILES.get(name) or ("a macOS resource fork" if name.startswith("._") else
-                                                  "not a notebook of this assignment")
+                what = system_file(name) or "not a notebook of this assignment"
                 result.flags.append(f"skipped {shown(name)}{'/' if stat.S_ISDIR(mode) else ''} ({what})")
                 continue
             try:
