@@ -11,6 +11,7 @@ checked too: a cycle closed only by a deferred import is the same layering probl
 from __future__ import annotations
 
 import ast
+import functools
 import warnings
 from pathlib import Path
 
@@ -69,6 +70,7 @@ def _imports(path: Path, name: str) -> list[tuple[str, bool]]:
     return found
 
 
+@functools.cache
 def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[str]]]:
     """``(module-level edges, function-level edges, top-level packages imported)`` between the modules of
     ``src/``: ``a → {b, …}`` when ``a`` imports ``b`` (the deepest module of ``src`` the statement names)."""
