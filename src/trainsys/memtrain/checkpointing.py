@@ -1,15 +1,7 @@
 r"""Module 1, Part 3 — activation checkpointing: trade recomputation for activation memory.
 
-The network (:mod:`trainsys.memtrain.deep_mlp`) is a stack of ``L`` affine layers with a ReLU after every layer but the last:
-
-.. math::
-
-    a_0 = X,\qquad z_l = a_l W_l + b_l,\qquad a_{l+1} = \mathrm{ReLU}(z_l)\ (l < L-1),\qquad \hat Y = z_{L-1},
-
-``params`` a list of ``L`` dicts ``{"W": (w_l, w_{l+1}), "b": (w_{l+1},)}``. The backward pass of
-layer ``l`` needs its input ``a_l`` and the ReLU mask of its output, and since
-:math:`\mathbb 1[z_l > 0] = \mathbb 1[a_{l+1} > 0]` exactly, **each layer keeps only its input**: the
-plain cache is ``[a_0, …, a_{L-1}]``.
+The network is the deep MLP of :mod:`trainsys.memtrain.deep_mlp`: ``L`` affine layers with a ReLU after every
+layer but the last, whose plain cache keeps each layer's input, ``[a_0, …, a_{L-1}]``.
 
 Checkpointing with segments of ``s`` layers keeps only the segment boundaries ``a_0, a_s, a_{2s}, …``
 and, during the backward pass, rebuilds one segment at a time from its boundary (Chen et al. 2016).
