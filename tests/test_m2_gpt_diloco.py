@@ -144,3 +144,32 @@ def test_m2_26_gpt_diloco_on_torch_distributed_follows_the_simulation(shakespear
     real = [h["heldout_loss"] for h in job["history"]]
     np.testing.assert_allclose(real, [h["heldout_loss"] for h in sim["history"]], rtol=1e-4)
     assert real[-1] < sim["initial"]["heldout_loss"]
+
+
+def test_m2_30_diloco_gpt_record_holds_what_its_tables_say(shakespeare) -> None:
+    from trainsys.evidence import load_record
+
+    record = load_record("diloco-gpt")
+    runs = record["extra"]["runs"]
+    assert record["seeds"] == [0, 1, 2] and record["datasets"][0]["version"] == "3.0.0"
+    model_bytes = 4 * record["figures"]["parameters"]  # float32
+    for key, summary in record["figures"]["summary"].items():
+        budget, n, sharding = key.split("-")
+        N, S = int(n[1:]), record["config"]["budgets"][budget]["steps"]
+        sync = [r for r in runs if (r["budget"], r["kind"], r["N"], r["sharding"]) == (budget, "sync", N, sharding)]
+        assert len(sync) == 3 and summary["sync"]["loss_mean"] == pytest.approx(np.mean([r["loss_curve"][-1] for r in sync]))
+        assert all(r["bytes_curve"][-1] == S * N * model_bytes for r in sync)  # N gradients every step
+        for H, row in summary["per_H"].items():
+            H = int(H)
+            d = sorted((r for r in runs if (r["budget"], r["kind"], r["N"], r["sharding"], r["H"])
+                        == (budget, "diloco", N, sharding, H)), key=lambda r: r["seed"])
+            assert [r["seed"] for r in d] == [0, 1, 2]
+            assert row["bytes_per_worker"] * H == S * model_bytes  # one tree per worker every H steps
+            gaps = [a["loss_curve"][-1] - b["loss_curve"][-1] for a, b in zip(d, sorted(sync, key=lambda r: r["seed"]))]
+            assert row["gap_mean"] == pytest.approx(np.mean(gaps)) and row["gap_std"] == pytest.approx(np.std(gaps, ddof=1))
+
+
+@pytest.mark.slow
+def test_m2_30_diloco_gpt_quick_rerun_matches_the_record(shakespeare) -> None:
+    result = shakespeare.diloco_gpt_section(quick=True)  # raises when a re-run differs from the record
+    assert len(result["checks"]) == 2 and result["figures"] == {}
