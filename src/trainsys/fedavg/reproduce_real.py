@@ -16,6 +16,7 @@ examples whose top-two margin is below ``LOGIT_DELTA`` in the re-run model — c
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import time
 from collections.abc import Mapping, Sequence
@@ -58,13 +59,36 @@ def fashion_rows() -> list[tuple[str, dict]]:
 
 
 def ratio_cell(numerator: Mapping, denominator: Mapping) -> str | None:
-    """``numerator`` mean rounds over ``denominator``'s as ``"12.3×"``; ``"> 12.3×"`` when the numerator's runs
-    never reached the target (its cap is then a lower bound); ``None`` when the denominator did not reach it."""
-    if denominator["mean"] is None:
+    """``numerator``'s mean rounds over ``denominator``'s as ``"12.3×"``. A row whose runs never reached the target
+    took more rounds than its cap: ``"> 12.3×"`` when that is the numerator (cap / mean), ``"< 12.3×"`` when it is
+    the denominator (mean / cap); ``None`` when neither reached it."""
+    if numerator["mean"] is None and denominator["mean"] is None:
         return None
     if numerator["mean"] is None:
         return f"> {numerator['cap'] / denominator['mean']:.1f}×"
+    if denominator["mean"] is None:
+        return f"< {numerator['mean'] / denominator['cap']:.1f}×"
     return f"{numerator['mean'] / denominator['mean']:.1f}×"
+
+
+def refresh_figures(name: str) -> dict:
+    """Recompute record ``name``'s figures from the runs it stores (``extra``) and rewrite only them.
+
+    For a change of how a table is laid out: the runs, seeds, environment and wall time stay those of the run
+    that made them. Returns the record.
+    """
+    from trainsys.evidence import RECORDS_DIR
+    record = load_record(name)
+    if name == "fedavg-fashion-mnist":
+        figures = fashion_figures(record["extra"]["runs"], record["extra"]["centralized_curve"], len(record["seeds"]))
+    elif name == "fedavg-shakespeare":
+        figures = shakespeare_figures(record["extra"]["runs"], len(record["seeds"]), record["figures"]["data"])
+    else:
+        raise ValueError(f"name must be 'fedavg-fashion-mnist' or 'fedavg-shakespeare', got {name!r}")
+    record["figures"] = figures
+    path = RECORDS_DIR / f"{name}.json"
+    path.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
+    return record
 
 
 def fashion_figures(runs: Mapping[str, Mapping[str, Mapping]], central: Sequence[float], n_seeds: int) -> dict:
