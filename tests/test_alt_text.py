@@ -68,32 +68,3 @@ def test_every_image_on_a_book_page_has_alt_text(path: Path) -> None:
         if (why := alt_problem(alt.group(1) if alt else None)) is not None:
             problems.append(f"figure directive: {why}")
     assert not problems, f"{path.relative_to(ROOT)}: {problems}"
-
-
-def test_every_explorer_frame_carries_a_text_alternative() -> None:
-    """An explorer's frames are widget images, which have no alt attribute: each carries its description
-    as a tooltip (the image's title, read by screen readers when alt is absent), naming the control values
-    it answers and each panel's title and axes."""
-    import ipywidgets
-
-    from trainsys.widgets import accumulation_explorer, describe_frame
-
-    box = accumulation_explorer()
-
-    def leaves(widget):
-        return [widget] if isinstance(widget, ipywidgets.Image) else [x for c in widget.children for x in leaves(c)]
-
-    drawn = [image for image in leaves(box.children[1]) if image.value]
-    assert drawn and all(image.tooltip.startswith("Figure for num_micro_batches = ") for image in drawn)
-    assert "vertical axis: peak MiB" in drawn[0].tooltip
-    slider = box.children[0].children[0]
-    slider.value = slider.options[-1]  # a frame drawn on demand gets its description too
-    assert all(image.tooltip for image in leaves(box.children[1]) if image.value)
-    assert slider.description, "every control carries a label"
-
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots()
-    ax.set(title="peak", xlabel="M", ylabel="MiB")
-    assert describe_frame(fig, {"M": 4}) == "Figure for M = 4. Panel 1: peak (horizontal axis: M; vertical axis: MiB)."
-    plt.close(fig)

@@ -79,24 +79,6 @@ def frame_class(positions: Sequence[int]) -> str:
     return "tsx-frame-" + "-".join(str(k) for k in positions)
 
 
-def describe_frame(fig: Figure, values: Mapping[str, object]) -> str:
-    """A text alternative for one explorer frame: the control values it answers and, per panel, its title
-    and axes — what a reader who cannot see the image needs to know which figure is shown.
-
-    >>> fig, ax = plt.subplots(); _ = ax.set(title="peak", xlabel="M", ylabel="MiB")
-    >>> describe_frame(fig, {"num_micro_batches": 4})
-    'Figure for num_micro_batches = 4. Panel 1: peak (horizontal axis: M; vertical axis: MiB).'
-    """
-    panels = []
-    for k, ax in enumerate(fig.axes, start=1):
-        parts = [part for part in (f"horizontal axis: {ax.get_xlabel()}" if ax.get_xlabel() else "",
-                                   f"vertical axis: {ax.get_ylabel()}" if ax.get_ylabel() else "") if part]
-        title = ax.get_title() or fig.get_suptitle()
-        panels.append(f"Panel {k}: {title or 'untitled'}" + (f" ({'; '.join(parts)})" if parts else "") + ".")
-    setting = ", ".join(f"{name} = {value}" for name, value in values.items())
-    return " ".join([f"Figure for {setting}."] + panels)
-
-
 def explorer(controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., Figure]) -> widgets.VBox:
     """Controls above a figure; ``draw(**values)`` returns the figure for the current values.
 
@@ -125,10 +107,7 @@ def explorer(controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., Fi
 
     def fill(key: tuple[int, ...]) -> None:
         if not frames[key].value:
-            values = {name: axes[i][0][k] for i, (name, k) in enumerate(zip(names, key))}
-            fig = draw(**values)
-            frames[key].tooltip = describe_frame(fig, values)  # the frame's text alternative (its title attribute)
-            frames[key].value = _png(fig)
+            frames[key].value = _png(draw(**{name: axes[i][0][k] for i, (name, k) in enumerate(zip(names, key))}))
 
     def current() -> tuple[int, ...]:
         return tuple(axes[i][0].index(controls[name].value) for i, name in enumerate(names))
