@@ -47,6 +47,16 @@ def test_a_fan_out_is_held_to_the_sandboxs_cap_by_its_memory_cgroup() -> None:
     assert "memory limit (0.3 GiB for all its processes together)" in student.limits_note()
 
 
+@pytest.mark.skipif(not sb.cgroup_caps_memory(), reason="memory cgroups need root and cgroup v1 here")
+def test_an_answer_that_times_out_after_reaching_the_cap_says_so() -> None:
+    """A fan-out while the answer loads, then no answer: the time-out names the memory limit too."""
+    from trainsys.autograde.isolation import IsolationTimeout
+
+    load = FAN_OUT + "fan_out(4, 100)\nimport time\ntime.sleep(60)\n"
+    with pytest.raises(IsolationTimeout, match=r"did not answer within 8 s: it reached the sandbox's memory limit"):
+        StudentProcess([load], "f", timeout=8, sandbox=SandboxConfig(memory=200 * MIB))
+
+
 def test_without_a_cgroup_the_memory_cap_kills_the_whole_tree(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sb.Cgroup, "ROOTS", {k: v for k, v in sb.Cgroup.ROOTS.items() if k != "memory"})
     with StudentProcess([FAN_OUT], "fan_out", timeout=60, sandbox=SandboxConfig(memory=300 * MIB)) as student:

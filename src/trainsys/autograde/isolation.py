@@ -524,7 +524,7 @@ class StudentProcess:
         reader.join(self.timeout)
         if reader.is_alive():
             self.close()
-            raise IsolationTimeout(f"the student's code did not answer within {self.timeout:.0f} s")
+            raise IsolationTimeout(f"the student's code did not answer within {self.timeout:.0f} s" + self.limits_note())
         if "error" in box:
             self.close()
             error = box["error"]
