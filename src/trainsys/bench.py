@@ -429,6 +429,10 @@ def bench_diloco() -> None:
     record = load_record("diloco-gpt")  # the GPT on Shakespeare (`make reproduce`), the paper's headline setting
     print(f"{record['figures']['headline']} [record diloco-gpt, {record['wall_s']:.0f} s wall, "
           f"load average {record['environment']['hardware'].get('load_average_1_5_15min')}]")
+    for key, row in record["figures"]["summary"].items():  # every (budget, sharding) and H: gap to sync, bytes saved
+        for H, r in row["per_H"].items():
+            print(f"  {key} H = {H}: gap to synchronous {r['gap_mean']:+.3f} ± {r['gap_std']:.3f} nats, "
+                  f"{H}× fewer bytes per step, {r['matched_saving_mean']:.1f}× at matched loss")
 
 
 def bench_fedavg() -> None:

@@ -24,6 +24,10 @@ One file per course part, in lesson order:
 - :mod:`~trainsys.diloco.loop` — lessons 25–27: one round, ``train_diloco``, the synchronous baseline;
 - :mod:`~trainsys.diloco.evaluation` — lessons 28–30: held-out loss, accuracy, communication savings;
 - :mod:`~trainsys.diloco.experiment` — the ``H`` sweep behind lessons 26–30 and ``make bench``.
+- :mod:`~trainsys.diloco.language_model` — the same loop on the course's GPT (:mod:`trainsys.models.gpt`),
+  the workers batched with ``torch.func.vmap``;
+- :mod:`~trainsys.diloco.gpt_experiment` — DiLoCo against synchronous data parallelism on Shakespeare, the
+  ``diloco-gpt`` record of ``make reproduce``.
 
 Parameters are dicts of float32 arrays ``{"W0", "b0", "W1", "b1", …}``; every function returns new
 arrays and states unless its docstring says what it mutates.
