@@ -462,8 +462,11 @@ def bench_records() -> None:
     for name in record_names():
         record = load_record(name)
         hw = record["environment"]["hardware"]
+        runs = record["extra"]["runs"] if name.startswith("fedavg-") else {}  # {partition: {setting: row}}
+        cpu = [row.get("cpu_s") for table in runs.values() for row in table.values()]
+        cpu_text = f"; {sum(cpu):.0f} CPU s in its runs" if cpu and None not in cpu else ""
         print(f"{name}: {record['wall_s']:.0f} s wall for `make reproduce` (target 900 s on 2 cores; "
-              f"{hw['usable_cores']} cores, load average {hw['load_average_1_5_15min']} when it ended)")
+              f"{hw['usable_cores']} cores, load average {hw['load_average_1_5_15min']} when it ended{cpu_text})")
     for name, quick in (("fedavg-fashion-mnist", rr.fashion_mnist_section), ("fedavg-shakespeare", rr.shakespeare_section)):
         start = time.perf_counter()
         quick(quick=True)

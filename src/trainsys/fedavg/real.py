@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -89,11 +90,13 @@ def setting_label(method: str, epochs: int, batch_size: int | None) -> str:
 def _run(job: tuple[dict, int]) -> dict[str, object]:
     overrides, seed = job
     config = validate_fedavg_config(overrides)
+    cpu = time.process_time()
     record = run_fedavg(with_overrides(config, seed=seed))
     return {"seed": seed, "rounds_run": len(record["history"]),
             "reached": config.stop_at is not None and record["final_test_accuracy"] >= config.stop_at,
             "curve": [round(h["test_accuracy"], 6) for h in record["history"]],
-            "wall_s": record["wall_time_s"], "bytes_total": record["bytes_communicated"]["total"]}
+            "wall_s": record["wall_time_s"], "cpu_s": time.process_time() - cpu,
+            "bytes_total": record["bytes_communicated"]["total"]}
 
 
 def _job_key(job: tuple[dict, int]) -> str:
@@ -151,7 +154,7 @@ def rounds_tables(
     has not reached the target by then counts as not reached). All runs go to one pool of ``workers``
     processes, longest first (:func:`job_cost`). Returns ``{base name: {label: {"rounds": [per seed or None],
     "reached": n, "mean", "std" (over the seeds that reached; ``None`` if none), "final_accuracy": [...],
-    "curves": [[per round] per seed], "wall_s", "cap"}}}``. ``journal``: see :func:`run_jobs`.
+    "curves": [[per round] per seed], "wall_s", "cpu_s" (summed over seeds), "cap"}}}``. ``journal``: see :func:`run_jobs`.
     """
     seeds = require_seeds(list(seeds))
     jobs, keys = [], []
@@ -175,6 +178,7 @@ def rounds_tables(
         row["curves"].append(result["curve"])
         row["final_accuracy"].append(result["curve"][-1])
         row["wall_s"] += result["wall_s"]
+        row["cpu_s"] = row.get("cpu_s", 0.0) + result["cpu_s"]  # CPU seconds: the cost on an idle machine
     for table in tables.values():
         for row in table.values():
             hit = [r for r in row["rounds"] if r is not None]
