@@ -42,6 +42,13 @@ def test_m2_diloco_on_two_nodes_equals_one_node() -> None:
     assert [h["arrived"] for h in two["history"]] == [[0, 1]] * 3 and two["detections"] == []
 
 
+def test_m2_diloco_gpt_on_two_nodes_equals_one_node() -> None:
+    args = ("--model", "gpt", "--sharding", "genre", "--rounds", "1", "--inner-steps", "2")
+    two = run_nodes("trainsys.distributed.diloco", 2, 1, *args, timeout=240)
+    one = run("trainsys.distributed.diloco", 2, *args, timeout=240)
+    assert two["model"] == "gpt" and two["history"] == one["history"]  # bit for bit
+
+
 def test_a_taken_port_is_refused_before_anything_starts() -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
