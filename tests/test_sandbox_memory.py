@@ -124,3 +124,31 @@ def test_limit_messages_are_recognised(message: str, limit: str | None) -> None:
 def test_exit_signals_of_the_rlimits_are_recognised() -> None:
     assert sb.limit_from_exit(128 + 24) == "cpu" and sb.limit_from_exit(128 + 25) == "file size"
     assert sb.limit_from_exit(1) is None and sb.limit_from_exit(None) is None
+
+
+def test_a_kernel_past_the_cap_is_ended_by_the_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nbgrader's sandboxed kernels get the same cap: here without a cgroup, so the watchdog ends the kernel."""
+    import asyncio
+    import time
+
+    monkeypatch.setattr(sb.Cgroup, "ROOTS", {k: v for k, v in sb.Cgroup.ROOTS.items() if k != "memory"})
+    monkeypatch.setenv(sb.ENV_VAR, SandboxConfig(memory=300 * MIB).to_env())
+
+    async def run() -> tuple[bool, bool]:
+        manager = sb.SandboxKernelManager(kernel_name="python3")
+        await manager.start_kernel()
+        client = manager.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=120)
+            client.execute(FAN_OUT + "fan_out(6, 100)\n")
+            deadline = time.monotonic() + 60
+            while await manager.is_alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            return await manager.is_alive(), manager.memory_cap.reached
+        finally:
+            client.stop_channels()
+            await manager.shutdown_kernel(now=True)
+
+    alive, reached = asyncio.run(run())
+    assert reached and not alive
