@@ -253,8 +253,8 @@ SHIPPED = [p for p in SHIPPED if not {"node_modules", "vendor"} & set(p.relative
 
 def test_nothing_points_at_files_outside_the_repository() -> None:
     inside = {p.name for p in ROOT.rglob("*") if not {".venv", "node_modules", ".git", "_build"} & set(p.parts)}
-    inside |= {"progress.json", "summary.csv", "grades.csv", "result.json", "federate.json"}  # what make progress,
-    # make grade, the torchrun commands and make federate write
+    inside |= {"progress.json", "summary.csv", "grades.csv", "intake.csv", "result.json", "federate.json"}  # what
+    # make progress, make grade, the torchrun commands and make federate write
     found = []
     for path in SHIPPED:
         text = path.read_text()
