@@ -35,14 +35,15 @@ def test_the_sandbox_is_the_oom_killers_first_pick() -> None:
 
 @pytest.mark.skipif(not sb.cgroup_caps_memory(), reason="memory cgroups need root and cgroup v1 here")
 def test_a_fan_out_is_held_to_the_sandboxs_cap_by_its_memory_cgroup() -> None:
-    """Six children of 100 MiB under a 300 MiB cap: the OOM killer ends children (the largest), the
-    sandbox's memory never passes the cap, and the student process learns which limit it reached."""
+    """Six children of 100 MiB under a 300 MiB cap: the OOM killer ends the largest processes (children,
+    or the answer's own process when a child has barely started), the sandbox's memory never passes the
+    cap, and the grader learns which limit was reached."""
     with StudentProcess([FAN_OUT], "fan_out", timeout=60, sandbox=SandboxConfig(memory=300 * MIB)) as student:
-        memory = student.cgroup.controllers["memory"]
-        killed = student.function(6, 100)
-        peak = int((memory / "memory.max_usage_in_bytes").read_text())
-    assert killed >= 1, "no child was stopped"
-    assert peak <= 300 * MIB, peak
+        try:
+            assert student.function(6, 100) >= 1, "no child was stopped"
+        except IsolationUnavailable as exc:
+            assert "memory limit (0.3 GiB for all its processes together)" in str(exc)
+    assert student.cgroup.peak_memory is not None and student.cgroup.peak_memory <= 300 * MIB
     assert "memory" in student.reached
     assert "memory limit (0.3 GiB for all its processes together)" in student.limits_note()
 

@@ -222,6 +222,7 @@ class Cgroup:
         self.paths: list[Path] = []
         self.controllers: dict[str, Path] = {}
         self.reached: set[str] = set()
+        self.peak_memory: int | None = None  # bytes, the memory group's peak (read when it is removed)
         if os.geteuid() != 0:
             return
         name = f"trainsys-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -271,17 +272,30 @@ class Cgroup:
                 reached.add(limit)
         return reached
 
-    def remove(self) -> None:
+    def remove(self, timeout: float = 10.0) -> None:
+        """Delete the groups, ending any process still in them (the sandbox has ended: what is left is
+        its namespace's last processes on their way out); gives up after ``timeout`` seconds."""
         self.reached = self.limits_reached()
-        for path in self.paths:
-            for _ in range(50):  # the namespace's last processes may take a moment to go
+        if "memory" in self.controllers:
+            with contextlib.suppress(OSError, ValueError):
+                self.peak_memory = int((self.controllers["memory"] / "memory.max_usage_in_bytes").read_text())
+        pending = list(self.paths)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for path in list(pending):
                 try:
                     path.rmdir()
-                    break
                 except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
+                    pass
+                except OSError:  # still holds processes
+                    with contextlib.suppress(OSError, ValueError):
+                        for pid in (path / "cgroup.procs").read_text().split():
+                            with contextlib.suppress(OSError):
+                                os.kill(int(pid), signal.SIGKILL)
+                    continue
+                pending.remove(path)
+            if pending:
+                time.sleep(0.05)
         self.paths = []
         self.controllers = {}
 
