@@ -1,4 +1,4 @@
-"""Module 3 on Flower 1.42's Deployment Engine (SuperLink + 2 SuperNodes on 127.0.0.1) against the simulation.
+"""Module 3 on Flower 1.42's Deployment Runtime (SuperLink + 2 SuperNodes on 127.0.0.1) against the simulation.
 
 Three launches of :func:`trainsys.distributed.federate.federate`. A launch costs ~10 s of start-up and
 stop, and a round ~7 s — a SuperNode polls its SuperLink every 3 s and starts a fresh ClientApp process

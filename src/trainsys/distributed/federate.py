@@ -1,4 +1,4 @@
-r"""FedAvg on Flower's Deployment Engine, on this machine: one SuperLink, ``S`` SuperNodes, one run.
+r"""FedAvg on Flower's Deployment Runtime, on this machine: one SuperLink, ``S`` SuperNodes, one run.
 
 ``python -m trainsys.distributed.federate --out record.json [--supernodes 2] [--rounds 3] [--fraction 0.1]
 [--task synthetic|fashion-mnist|shakespeare] [--timeout 120]`` starts, on 127.0.0.1 and free ports, what ``S + 1`` machines would run (Flower 1.42;
@@ -101,7 +101,7 @@ def write_flower_app(app_dir: Path, run_config: dict[str, object]) -> None:
     """A Flower App in ``app_dir``: a ``pyproject.toml`` naming the course's apps and holding ``run_config``."""
     lines = ['[build-system]', 'requires = ["hatchling"]', 'build-backend = "hatchling.build"', '',
              '[project]', f'name = "{APP_NAME}"', 'version = "1.0.0"',
-             'description = "The course\'s FedAvg on Flower\'s Deployment Engine"', 'license = "MIT"',
+             'description = "The course\'s FedAvg on Flower\'s Deployment Runtime"', 'license = "MIT"',
              'dependencies = []', '', '[tool.flwr.app]', 'publisher = "trainsys"', '',
              '[tool.flwr.app.components]', f'serverapp = "{SERVER_APP_REF}"', f'clientapp = "{CLIENT_APP_REF}"',
              '', '[tool.flwr.app.config]', *(f'{key} = {_toml(v)}' for key, v in run_config.items())]
@@ -353,7 +353,7 @@ def summary(record: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="FedAvg on a local Flower 1.42 federation (Deployment Engine)")
+    parser = argparse.ArgumentParser(description="FedAvg on a local Flower 1.42 federation (Deployment Runtime)")
     parser.add_argument("--out", required=True, help="where to write the run record (JSON)")
     parser.add_argument("--supernodes", type=int, default=2, help="S: SuperNode i hosts the clients k mod S == i")
     parser.add_argument("--rounds", type=int, default=3)

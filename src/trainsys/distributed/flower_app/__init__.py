@@ -1,4 +1,4 @@
-r"""Module 3 on Flower's Deployment Engine: FedAvg as a ``ServerApp`` and a ``ClientApp`` (Flower 1.42).
+r"""Module 3 on Flower's Deployment Runtime: FedAvg as a ``ServerApp`` and a ``ClientApp`` (Flower 1.42).
 
 The course's FedAvg (:mod:`trainsys.fedavg.server`) runs every client inside one process. Here the
 same rounds run on a real Flower federation: one **SuperLink** (the server's broker), ``S``
