@@ -14,14 +14,11 @@ import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import nbformat
 
+from trainsys.autograde.options import Options, grader_env, limit_memory
 from trainsys.course import nbgrader_env
-
-if TYPE_CHECKING:
-    from trainsys.autograde.runner import Options
 
 NOTICE = "Trusted grader"
 
@@ -40,13 +37,11 @@ def run_verifier(options: Options, student: str, assignment: str, sources: list[
                "timeout": options.verify_timeout, "sandbox": asdict(config) if config else None}
     per_notebook = 2 * (options.verify_timeout * 5) + 60  # visible and hidden, each with its retries
     wall = per_notebook * max(len(sources), 1) + 60
-    from trainsys.autograde.runner import _limit_memory
-
-    env = {**nbgrader_env(options.course, options.db_url), "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
+    env = grader_env(options)
     try:
         run = subprocess.run([sys.executable, "-I", "-m", "trainsys.autograde.verify"], input=json.dumps(request),
                              capture_output=True, text=True, errors="replace", timeout=wall, env=env, cwd=options.course,
-                             preexec_fn=_limit_memory(options.grader_memory_mb * 2**20, soft_only=True))
+                             preexec_fn=limit_memory(options.grader_memory_mb * 2**20, soft_only=True))
     except subprocess.TimeoutExpired:
         return {"error": f"the trusted re-check did not finish within {wall:.0f} s"}
     try:

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import queue
-import resource
 import shutil
 import subprocess
 import sys
@@ -42,46 +40,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from trainsys.autograde.decide import apply_verdicts, run_verifier
+from trainsys.autograde.options import Options, grader_env, limit_memory
 from trainsys.course import nbgrader_env
 
 MARKER = ".trainsys.json"
 INTAKE = Path(".grading") / "intake"  # staged submissions, relative to the course root
-
-
-@dataclass
-class Options:
-    course: Path
-    jobs: int = max(os.cpu_count() or 1, 1)
-    timeout: int = 30  # seconds per cell
-    memory_limit_mb: int = 6144  # address space of each process of a sandbox (the kernels, the re-check's)
-    force: bool = False
-    db_url: str | None = None  # None: SQLite gradebook.db in the course root
-    sandbox: bool = True  # False only with --no-sandbox: student code then runs with the grader's rights
-    sandbox_memory_mb: int | None = None  # all of one sandbox's processes together; None: sandbox_memory_default
-    grader_memory_mb: int = 3072  # address space of each trusted process (nbgrader, the re-check's verifier)
-
-    def sandbox_config(self, slot: int):
-        from trainsys.autograde.sandbox import SandboxConfig
-
-        if not self.sandbox:
-            return None
-        memory = self.sandbox_memory_mb or sandbox_memory_default(self.jobs, self.memory_limit_mb)
-        return SandboxConfig(address_space=self.memory_limit_mb * 2**20, memory=memory * 2**20, slot=slot)
-
-    @property
-    def verify_timeout(self) -> float:
-        """Seconds the trusted re-check waits for one load or call (doubled once on a time-out)."""
-        return float(max(10, 2 * self.timeout))
-
-
-def sandbox_memory_default(jobs: int, memory_limit_mb: int, total_mb: int | None = None) -> int:
-    """MiB all the processes of one sandbox may hold together: three quarters of the machine's memory
-    (``total_mb``, default ``MemTotal``; the rest is the grader's and the system's) shared by the ``jobs``
-    sandboxes that run at once (a job runs one at a time), at most ``memory_limit_mb`` (what one process
-    may address) and at least 1 GiB (a kernel that imports torch holds about 0.4 GiB)."""
-    if total_mb is None:
-        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
-    return max(1024, min(memory_limit_mb, total_mb * 3 // 4 // max(jobs, 1)))
 
 
 @dataclass
@@ -117,19 +81,6 @@ def is_complete(course: Path, student: str, assignment: str) -> bool:
 
 
 # --- one job ------------------------------------------------------------------------------------------
-def _limit_memory(limit_bytes: int, soft_only: bool = False):
-    """A ``preexec_fn`` capping the child's address space. ``soft_only``: the hard limit stays (a trusted
-    process capped below its sandboxed children: the sandbox's ``prlimit`` raises theirs to its own)."""
-    def apply() -> None:  # runs in the child before exec
-        hard = resource.getrlimit(resource.RLIMIT_AS)[1] if soft_only else limit_bytes
-        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, hard))
-    return apply
-
-
-def _grader_env(options: Options) -> dict[str, str]:
-    return {**nbgrader_env(options.course, options.db_url), "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
-
-
 def _nbgrader(options: Options, command: str, *args: str, timeout: float, slot: int = 0) -> subprocess.CompletedProcess:
     """``nbgrader <command> <args>`` under ``python -I`` (no working folder, no user site-packages on its path).
 
@@ -139,9 +90,9 @@ def _nbgrader(options: Options, command: str, *args: str, timeout: float, slot: 
     from trainsys.autograde.sandbox import ENV_VAR
 
     config = options.sandbox_config(slot)
-    env = {**_grader_env(options), ENV_VAR: config.to_env() if config else "off"}
-    preexec = (_limit_memory(options.grader_memory_mb * 2**20, soft_only=True) if config
-               else _limit_memory(options.memory_limit_mb * 2**20))
+    env = {**grader_env(options), ENV_VAR: config.to_env() if config else "off"}
+    preexec = (limit_memory(options.grader_memory_mb * 2**20, soft_only=True) if config
+               else limit_memory(options.memory_limit_mb * 2**20))
     try:
         return subprocess.run([sys.executable, "-I", "-m", "nbgrader", command, f"--Execute.timeout={options.timeout}",
                                *args],
@@ -155,7 +106,7 @@ def _clear_gradebook(options: Options, student: str, assignment: str) -> None:
     """Remove this submission's earlier grades (scores, manual scores, extra credit): grade it fresh."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(_grader_env(options)["NBGRADER_DB_URL"]) as gb:
+    with Gradebook(grader_env(options)["NBGRADER_DB_URL"]) as gb:
         try:
             gb.remove_submission(assignment, student)
         except MissingEntry:
@@ -164,7 +115,6 @@ def _clear_gradebook(options: Options, student: str, assignment: str) -> None:
 
 def grade_one(options: Options, student: str, assignment: str, slot: int = 0) -> JobResult:
     """Autograde one student's assignment and decide its points; record the result as the completion mark."""
-    from trainsys.autograde.decide import apply_verdicts, run_verifier
 
     from trainsys.autograde.intake import check_id, stage
 

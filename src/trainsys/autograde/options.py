@@ -1,0 +1,63 @@
+"""What one class-grading run is told, and the limits and environment its trusted processes get.
+
+:class:`Options` is read by the runner (nbgrader's jobs) and by :mod:`trainsys.autograde.decide` (the
+trusted re-check); both start their children with :func:`limit_memory` and :func:`grader_env`.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainsys.course import nbgrader_env
+
+
+@dataclass
+class Options:
+    course: Path
+    jobs: int = max(os.cpu_count() or 1, 1)
+    timeout: int = 30  # seconds per cell
+    memory_limit_mb: int = 6144  # address space of each process of a sandbox (the kernels, the re-check's)
+    force: bool = False
+    db_url: str | None = None  # None: SQLite gradebook.db in the course root
+    sandbox: bool = True  # False only with --no-sandbox: student code then runs with the grader's rights
+    sandbox_memory_mb: int | None = None  # all of one sandbox's processes together; None: sandbox_memory_default
+    grader_memory_mb: int = 3072  # address space of each trusted process (nbgrader, the re-check's verifier)
+
+    def sandbox_config(self, slot: int):
+        from trainsys.autograde.sandbox import SandboxConfig
+
+        if not self.sandbox:
+            return None
+        memory = self.sandbox_memory_mb or sandbox_memory_default(self.jobs, self.memory_limit_mb)
+        return SandboxConfig(address_space=self.memory_limit_mb * 2**20, memory=memory * 2**20, slot=slot)
+
+    @property
+    def verify_timeout(self) -> float:
+        """Seconds the trusted re-check waits for one load or call (doubled once on a time-out)."""
+        return float(max(10, 2 * self.timeout))
+
+
+def sandbox_memory_default(jobs: int, memory_limit_mb: int, total_mb: int | None = None) -> int:
+    """MiB all the processes of one sandbox may hold together: three quarters of the machine's memory
+    (``total_mb``, default ``MemTotal``; the rest is the grader's and the system's) shared by the ``jobs``
+    sandboxes that run at once (a job runs one at a time), at most ``memory_limit_mb`` (what one process
+    may address) and at least 1 GiB (a kernel that imports torch holds about 0.4 GiB)."""
+    if total_mb is None:
+        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    return max(1024, min(memory_limit_mb, total_mb * 3 // 4 // max(jobs, 1)))
+
+
+def limit_memory(limit_bytes: int, soft_only: bool = False):
+    """A ``preexec_fn`` capping the child's address space. ``soft_only``: the hard limit stays (a trusted
+    process capped below its sandboxed children: the sandbox's ``prlimit`` raises theirs to its own)."""
+    def apply() -> None:  # runs in the child before exec
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1] if soft_only else limit_bytes
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, hard))
+    return apply
+
+
+def grader_env(options: Options) -> dict[str, str]:
+    return {**nbgrader_env(options.course, options.db_url), "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
