@@ -86,7 +86,7 @@ federate: setup
 	$(BIN)/python -m trainsys.distributed.federate --out $(abspath _build/federate.json) $(FEDERATE_ARGS)
 
 bench: setup vendor sandbox
-	$(BIN)/python -m trainsys.bench
+	$(BIN)/python -m tests.bench
 
 # torch.cuda.max_memory_allocated vs the transformer explorer for GPT-2 small; prints "no GPU" and exits 0 without one.
 gpu-check: setup

@@ -1,7 +1,7 @@
 """``make bench``: the figures the course promises, measured and printed (never asserted).
 
-Run ``python -m trainsys.bench`` from the repository root for every section, or name sections:
-``python -m trainsys.bench mutants nbval``. Each section prints ``name: value`` lines.
+Run ``python -m tests.bench`` from the repository root for every section, or name sections:
+``python -m tests.bench mutants nbval``. Each section prints ``name: value`` lines.
 """
 
 from __future__ import annotations
