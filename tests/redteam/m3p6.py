@@ -764,3 +764,120 @@ for _name, _entry in [
     ("run_fedavg_non_iid", ("asdict of the validated config, 'iid' -> 'shards'", _non_alt_asdict_override)),
 ]:
     ALTERNATIVES.setdefault(_name, []).append(_entry)
+
+
+# Second alternatives for lessons 21, 25 and 26 (issue 27), written blind from the release notebooks 21, 25, 26.
+def _central_alt_while_loop(config):
+    """time.time() clock, a while loop over epochs, one-argument integers(high) draws, n from the labels' shape;
+    no progress bar (the record does not depend on it)."""
+    cfg = validate_fedavg_config(config)
+    started = time.time()
+    train, test, model, seeds = prepare_run(cfg)
+    rng = np.random.default_rng(seeds["rounds"])
+    everyone = torch.arange(train.labels.shape[0])
+    initial = evaluate_accuracy(model, test)
+    history, epoch = [], 0
+    while epoch < cfg.rounds:
+        epoch += 1
+        seed_t = int(rng.integers(2**31 - 1))  # low defaults to 0: the same stream as integers(0, 2**31 - 1)
+        losses = train_client_locally(model, train, everyone, 1, cfg.batch_size, cfg.lr, seed_t,
+                                      cfg.momentum)["epoch_losses"]
+        history.append(dict(round=epoch, test_accuracy=evaluate_accuracy(model, test), train_loss=float(losses[-1])))
+    return dict(kind="centralized", config=dataclasses.asdict(cfg), seeds=dict(seeds),
+                initial_test_accuracy=initial, history=history, final_test_accuracy=history[-1]["test_accuracy"],
+                bytes_communicated=dict(up=0, down=0, total=0), wall_time_s=float(time.time() - started))
+
+
+def _alt_distinct_ints(value, name, minimum):
+    """A non-empty sequence of distinct ints >= minimum (no bools), as a list; errors name `name`."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of ints, got {type(value).__name__}")
+    items = list(value)
+    if not items:
+        raise ValueError(f"{name} must not be empty")
+    for v in items:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} entries must be ints, got {v!r}")
+        if v < minimum:
+            raise ValueError(f"{name} entries must be >= {minimum}, got {v}")
+    if len(set(items)) != len(items):
+        raise ValueError(f"{name} has repeated entries: {items}")
+    return [int(v) for v in items]
+
+
+def _r2t_alt_numpy_argmax(config, epochs_list, target, seeds=(0, 1, 2)):
+    """Every run first into a dict keyed (E, seed); first round by np.argmax on a boolean array; NumPy stats."""
+    t0 = time.perf_counter()
+    cfg = validate_fedavg_config(config)
+    E_values = _alt_distinct_ints(epochs_list, "epochs_list", 1)
+    if isinstance(target, bool) or not isinstance(target, numbers.Real) or not 0 < target <= 1:
+        raise ValueError(f"target must be a real in (0, 1], got {target!r}")
+    seed_list = _alt_distinct_ints(seeds, "seeds", 0)
+    runs = {(E, s): run_fedavg(with_overrides(cfg, epochs=E, seed=s)) for E in E_values for s in seed_list}
+    curves, firsts, reached, means, stds, fmean, fstd = {}, {}, {}, {}, {}, {}, {}
+    for E in E_values:
+        acc = np.array([[h["test_accuracy"] for h in runs[E, s]["history"]] for s in seed_list])  # (S, T)
+        ok = acc >= target
+        firsts[E] = [int(np.argmax(row)) + 1 if row.any() else None for row in ok]
+        hit = np.array([r for r in firsts[E] if r is not None], dtype=float)
+        reached[E] = int(hit.size)
+        means[E] = float(hit.mean()) if hit.size else None
+        stds[E] = None if not hit.size else (float(hit.std(ddof=1)) if hit.size > 1 else 0.0)
+        fmean[E] = float(acc[:, -1].mean())
+        fstd[E] = float(acc[:, -1].std(ddof=1)) if len(seed_list) > 1 else 0.0
+        curves[E] = [[float(a) for a in row] for row in acc]
+    total = sum(h["bytes_up"] + h["bytes_down"] for run in runs.values() for h in run["history"])
+    return {"kind": "rounds_to_target_vs_local_epochs", "config": dataclasses.asdict(cfg), "epochs_list": E_values,
+            "target": float(target), "seeds": seed_list, "rounds_to_target": firsts, "num_reached": reached,
+            "mean_rounds": means, "std_rounds": stds, "final_accuracy_mean": fmean, "final_accuracy_std": fstd,
+            "accuracy_curves": curves, "bytes_communicated": int(total), "wall_time_s": time.perf_counter() - t0}
+
+
+def _avf_alt_numpy_matrix(config, fractions, seeds=(0, 1, 2)):
+    """Runs keyed (C, seed) in one comprehension; (S, T) NumPy matrix per C; bytes summed from the histories."""
+    t0 = time.perf_counter()
+    cfg = validate_fedavg_config(config)
+    if isinstance(fractions, (str, bytes)) or not hasattr(fractions, "__iter__"):
+        raise TypeError(f"fractions must be a list of reals, got {type(fractions).__name__}")
+    Cs = list(fractions)
+    if not Cs:
+        raise ValueError("fractions must not be empty")
+    for C in Cs:
+        if isinstance(C, bool) or not isinstance(C, numbers.Real):
+            raise TypeError(f"fractions entries must be reals, got {C!r}")
+        if not 0 < C <= 1:
+            raise ValueError(f"fractions entries must lie in (0, 1], got {C}")
+    Cs = [float(C) for C in Cs]
+    if len(set(Cs)) != len(Cs):
+        raise ValueError(f"fractions has repeated entries: {Cs}")
+    seed_list = _alt_distinct_ints(seeds, "seeds", 0)
+    K = cfg.num_clients
+    runs = {(C, s): run_fedavg(with_overrides(cfg, fraction=C, seed=s)) for C in Cs for s in seed_list}
+    rec = {"kind": "accuracy_vs_client_fraction", "config": dataclasses.asdict(cfg), "fractions": Cs,
+           "seeds": seed_list, "clients_per_round": {}, "final_accuracy": {}, "mean": {}, "std": {},
+           "bytes_per_round": {}, "accuracy_curves": {}}
+    for C in Cs:
+        rec["clients_per_round"][C] = max(math.ceil(round(C * K, 12)), 1)
+        acc = np.array([[h["test_accuracy"] for h in runs[C, s]["history"]] for s in seed_list])  # (S, T)
+        rec["accuracy_curves"][C] = acc.tolist()
+        rec["final_accuracy"][C] = acc[:, -1].tolist()
+        rec["mean"][C] = float(acc[:, -1].mean())
+        rec["std"][C] = float(acc[:, -1].std(ddof=1)) if acc.shape[0] > 1 else 0.0
+        first = runs[C, seed_list[0]]["history"][0]
+        rec["bytes_per_round"][C] = int(first["bytes_up"] + first["bytes_down"])
+    rec["bytes_communicated"] = int(sum(h["bytes_up"] + h["bytes_down"] for r in runs.values() for h in r["history"]))
+    rec["wall_time_s"] = float(time.perf_counter() - t0)
+    return rec
+
+
+for _name, _entry in [
+    ("train_centralized_baseline",
+     ("while loop, one-argument integers(high) draws, time.time(), no progress bar", _central_alt_while_loop)),
+    ("rounds_to_target_vs_local_epochs",
+     ("runs keyed (E, seed) first; np.argmax first hit; NumPy (S, T) stats; bytes summed per round",
+      _r2t_alt_numpy_argmax)),
+    ("accuracy_vs_client_fraction",
+     ("runs keyed (C, seed) first; NumPy (S, T) stats; any iterable of seeds; bytes summed per round",
+      _avf_alt_numpy_matrix)),
+]:
+    ALTERNATIVES.setdefault(_name, []).append(_entry)
