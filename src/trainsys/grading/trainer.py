@@ -62,16 +62,16 @@ SAYS = {
     "entries": ("History", "one dict per step run with exactly step; loss"),
     "loss": ("History", "loss: $\\frac1B\\sum_e \\ell_e$ before the update, on skipped and rolled-back steps too"),
     "skipped": ("History", "skipped: a Python bool"),
-    "scale": ("History", "scale: a float, 1.0 in float32, else the scale after the step (or the one it ran with — the "
-              "same choice every step)"),
+    "scale": ("History", "scale: a float, 1.0 in float32, else the scale the next step starts from (after a rollback, "
+              "the restored one) or the one the step ran with — the same choice every step"),
     "skip": ("Skip", "an inf or NaN in any worker's unscaled gradient skips the update on every worker; the scaler "
              "(init_scale=2**6, growth_interval=50) updates once per step, and a rollback restores it"),
     "losses": ("Metric that proves it correct", "float32 losses equal train({})'s to $10^{-5}$ (themselves "
                "torch.optim.Adam's), final_params to rtol $10^{-4}$; \"mixed\" within float16's resolution"),
-    "bytes": ("Implementation, Exchange by stage", "billing the busiest worker's bytes per step with $\\Psi_N = "
-              "\\lceil\\Psi/N\\rceil$ floats of 4 bytes: stages 0–1, the ring's max(ring_bytes_per_worker(Ψ, N, "
-              "4)); stage 2, $(M+1)(N-1)\\Psi_N$ ($M(N-1)\\Psi_N$ if skipped: no all-gather); stage 3, "
-              "$3M(N-1)\\Psi_N$"),
+    "bytes": ("Implementation, Exchange by stage", "billing the busiest worker's bytes per step "
+              "with $\\Psi_N = \\lceil\\Psi/N\\rceil$ floats of 4 bytes: stages 0–1, the ring's "
+              "max(ring_bytes_per_worker(Ψ, N, 4)), skipped or not; stage 2, $(M+1)(N-1)\\Psi_N$ ($M(N-1)\\Psi_N$ "
+              "if skipped: no all-gather); stage 3, $3M(N-1)\\Psi_N$, skipped or not"),
     "good": ("Rollback", "step $t$ is good if $L_t$ is finite and $\\le \\kappa\\, m_t$ ($\\kappa$ = explode_factor, "
              "$m_t$ the smallest earlier good loss, $m_0 = \\infty$); the state it started from (weights, Adam "
              "state, scaler) becomes the last good state"),
