@@ -1280,3 +1280,9 @@ for _name, _entry in [
     ("compare_memory", ("one row helper called from an if-chain in the table's order", _cm_alt_if_chain)),
 ]:
     ALTERNATIVES.setdefault(_name, []).append(_entry)
+
+from tests.redteam._blind_m1p7_train import train as _train_blind_student  # noqa: E402 - the blind answer, verbatim
+
+ALTERNATIVES.setdefault("train", []).append(
+    ("a blind student's train from lesson 40's text alone (scale recorded after the rollback restores it)",
+     _train_blind_student))
