@@ -248,6 +248,15 @@ def test_nbformat_3_is_upgraded_keeping_the_grade_ids() -> None:
     assert answer.source == "x = 5" and (nb.nbformat, nb.nbformat_minor) == (4, 5)
 
 
+def test_repeated_cell_ids_are_repaired_and_reported() -> None:
+    # nbformat renames a repeated id itself while reading (a warning only): the repair must still be reported
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("a"), nbformat.v4.new_code_cell("b")])
+    nb.cells[1].id = nb.cells[0].id
+    repaired, changes = read_notebook(json.dumps(nb).encode())
+    assert len({c.id for c in repaired.cells}) == 2
+    assert any("repaired 1 duplicated cell id" in change for change in changes), changes
+
+
 def test_an_older_minor_version_of_4_gets_cell_ids() -> None:
     raw = json.loads(nbformat.writes(_notebook("x = 6")))
     raw["nbformat_minor"] = 2

@@ -42,6 +42,7 @@ import json
 import os
 import re
 import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -253,13 +254,18 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, list[str]]:
         raise Refused("an unreadable notebook: its JSON is not an object")
     version, minor = raw.get("nbformat"), raw.get("nbformat_minor", 0)
     changes = []
+    # nbformat renames a repeated cell id itself while reading (a DuplicateCellId warning): count them first
+    ids = [c.get("id") for c in raw.get("cells", []) if isinstance(c, dict) and isinstance(c.get("id"), str)]
+    renamed = len(ids) - len(set(ids))
     try:
-        nb = nbformat.reads(text, as_version=4)  # upgrades nbformat 3 (and older) with nbformat's converters
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nb = nbformat.reads(text, as_version=4)  # upgrades nbformat 3 (and older) with nbformat's converters
         if nb.get("nbformat_minor", 0) < nbformat.v4.nbformat_minor:
             nb = nbformat.v4.upgrade(nb, from_version=4, from_minor=nb.get("nbformat_minor", 0))
         if (version, minor) != (4, nbformat.v4.nbformat_minor):
             changes.append(f"upgraded from nbformat {version}.{minor} to 4.{nbformat.v4.nbformat_minor}")
-        dupes = _dedupe_cell_ids(nb) + _dedupe_grade_ids(nb)
+        dupes = renamed + _dedupe_cell_ids(nb) + _dedupe_grade_ids(nb)
         if dupes:
             changes.append(f"repaired {dupes} duplicated cell id(s) or grade id(s), the released (else the first) "
                            "copy kept")
