@@ -77,7 +77,17 @@ def _mutant_source(stem: str, description: str) -> str:
     """Source code for a mutant: the whole mutants module inlined (the sandbox shows students only the
     package), then the mutant bound to the function's name."""
     function = LESSONS[stem]
-    return (inspect.getsource(m1p1_mlp) + f"\n{function} = dict(MUTANTS[{function!r}])[{description!r}]\n")
+    module = inspect.getsource(m1p1_mlp)
+    import_ref = "from trainsys.memtrain import mlp as ref\n"
+    assert import_ref in module, "the mutants module no longer imports the reference as ref"
+    # while grading, the package's copy of the graded function is withheld: the mutants' input validation
+    # (the reference's) runs the student's own correct copy, written first, as a student's would
+    own = (_solution(stem) + f"\n_own_{function} = {function}\n"
+           "import types as _types\nfrom trainsys.memtrain import mlp as _package\n"
+           f"ref = _types.SimpleNamespace(**{{**vars(_package), {function!r}: _own_{function}}})\n")
+    future = "from __future__ import annotations\n"
+    return (future + own + module.replace(future, "").replace(import_ref, "")
+            + f"\n{function} = dict(MUTANTS[{function!r}])[{description!r}]\n")
 
 
 def students() -> list[Student]:
@@ -107,7 +117,7 @@ def students() -> list[Student]:
             "trainsys.grading.check_relu_forward = lambda fn: 'relu_forward: all 7 cases passed'\n")}),
                 _target(0, 0), flags=["replaced trainsys.grading.check_relu_forward"]),
         Student("import_reference", _solved(**{TARGET: "from trainsys.memtrain.mlp import relu_forward\n"}),
-                FULL, flags=["reference implementation"]),
+                _target(0, 0), flags=["reference implementation"]),  # withheld while grading: fails, flagged
         Student("edit_locked_cell", _solved(), FULL, edit="edit_visible"),
         Student("delete_locked_cells", _solved(), FULL, edit="delete_tests"),
         Student("missing_notebook", _solved(), _target(0, 0), edit="remove"),
