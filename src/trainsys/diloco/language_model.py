@@ -21,7 +21,6 @@ comparisons between runs are paired): the mean next-character cross-entropy (nat
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,10 +29,10 @@ import numpy as np
 import torch
 from torch.func import functional_call, grad_and_value, vmap
 
-from trainsys._validation import describe, require_int, require_real
-from trainsys.diloco.adamw import AdamWState, init_adamw_state, require_beta
+from trainsys._validation import describe, require_int
+from trainsys.diloco.adamw import AdamWState, init_adamw_state
+from trainsys.diloco.loop import check_optimizer_fields, config_fields
 from trainsys.diloco.model import Params
-from trainsys.diloco.outer import require_momentum
 from trainsys.diloco.sharding import inner_optimizer_step
 from trainsys.models.gpt import GPT, GPTConfig
 
@@ -79,17 +78,7 @@ def validate_lm_config(config: LMConfig | Mapping | None) -> LMConfig:
     Raises ``TypeError``/``ValueError`` naming ``config['<field>']``: unknown keys, sizes below 1,
     rates out of range, ``eval_every`` not a multiple of ``inner_steps``.
     """
-    if config is None:
-        config = {}
-    if isinstance(config, LMConfig):
-        config = dataclasses.asdict(config)
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be an LMConfig or a dict of its fields, got {describe(config)}")
-    fields = [f.name for f in dataclasses.fields(LMConfig)]
-    unknown = sorted(map(str, set(config) - set(fields)))
-    if unknown:
-        raise ValueError(f"config has unknown keys {unknown}; the fields are {fields}")
-    c = {**dataclasses.asdict(LMConfig()), **config}
+    c = config_fields(config, LMConfig)
     name = "config[{!r}]".format
     for key in ("num_workers", "inner_steps", "rounds", "context", "n_layer", "n_head", "n_embd", "batch_size"):
         c[key] = require_int(name(key), c[key], minimum=1)
@@ -98,15 +87,7 @@ def validate_lm_config(config: LMConfig | Mapping | None) -> LMConfig:
     if c["eval_every"] % c["inner_steps"]:
         raise ValueError(f"{name('eval_every')} must be 0 or a multiple of inner_steps = {c['inner_steps']}, "
                          f"got {c['eval_every']}")
-    if c["inner_optimizer"] not in ("adamw", "sgd"):
-        raise ValueError(f"{name('inner_optimizer')} must be 'adamw' or 'sgd', got {c['inner_optimizer']!r}")
-    for key in ("inner_lr", "eps", "outer_lr"):
-        c[key] = require_real(name(key), c[key], strictly_positive=True)
-    c["weight_decay"] = require_real(name("weight_decay"), c["weight_decay"], minimum=0.0)
-    c["beta1"], c["beta2"] = require_beta(name("beta1"), c["beta1"]), require_beta(name("beta2"), c["beta2"])
-    c["outer_momentum"] = require_momentum(c["outer_momentum"], name("outer_momentum"))
-    if c["progress"] is not None and not isinstance(c["progress"], bool):
-        raise TypeError(f"{name('progress')} must be True, False or None, got {describe(c['progress'])}")
+    check_optimizer_fields(c)
     return LMConfig(**c)
 
 

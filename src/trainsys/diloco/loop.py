@@ -109,6 +109,38 @@ class DiLoCoConfig:
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(DiLoCoConfig))
 
 
+def config_fields(config: object, kind: type) -> dict:
+    """The fields of dataclass ``kind`` as a dict: the defaults overridden by ``config`` (an instance of
+    ``kind``, a dict of some of its fields, or ``None``). Raises ``TypeError`` for another type and
+    ``ValueError`` naming unknown keys. Shared by :func:`validate_config` and the language model's config."""
+    if config is None:
+        config = {}
+    if isinstance(config, kind):
+        config = dataclasses.asdict(config)
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a {kind.__name__} or a dict of its fields, got {describe(config)}")
+    fields = [f.name for f in dataclasses.fields(kind)]
+    unknown = sorted(map(str, set(config) - set(fields)))
+    if unknown:
+        raise ValueError(f"config has unknown keys {unknown}; the fields are {fields}")
+    return {**dataclasses.asdict(kind()), **config}
+
+
+def check_optimizer_fields(c: dict) -> None:
+    """Check (and normalise in place) the inner AdamW/SGD, outer Nesterov and progress fields of a config
+    dict, raising ``TypeError``/``ValueError`` naming ``config['<field>']``."""
+    name = "config[{!r}]".format
+    if c["inner_optimizer"] not in ("adamw", "sgd"):
+        raise ValueError(f"{name('inner_optimizer')} must be 'adamw' or 'sgd', got {c['inner_optimizer']!r}")
+    for key in ("inner_lr", "eps", "outer_lr"):
+        c[key] = require_real(name(key), c[key], strictly_positive=True)
+    c["weight_decay"] = require_real(name("weight_decay"), c["weight_decay"], minimum=0.0)
+    c["beta1"], c["beta2"] = require_beta(name("beta1"), c["beta1"]), require_beta(name("beta2"), c["beta2"])
+    c["outer_momentum"] = require_momentum(c["outer_momentum"], name("outer_momentum"))
+    if c["progress"] is not None and not isinstance(c["progress"], bool):
+        raise TypeError(f"{name('progress')} must be True, False or None, got {describe(c['progress'])}")
+
+
 def validate_config(config: DiLoCoConfig | Mapping | None = None) -> DiLoCoConfig:
     """A :class:`DiLoCoConfig` from a config, a dict of overrides of the defaults, or ``None``.
 
@@ -117,16 +149,7 @@ def validate_config(config: DiLoCoConfig | Mapping | None = None) -> DiLoCoConfi
     a sharding other than ``"iid"``/``"noniid"``, and so on raise ``TypeError``/``ValueError`` naming
     the field as ``config['<field>']``.
     """
-    if config is None:
-        config = {}
-    if isinstance(config, DiLoCoConfig):
-        config = dataclasses.asdict(config)
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a DiLoCoConfig or a dict of its fields, got {describe(config)}")
-    unknown = sorted(map(str, set(config) - set(CONFIG_FIELDS)))
-    if unknown:
-        raise ValueError(f"config has unknown keys {unknown}; the fields are {list(CONFIG_FIELDS)}")
-    c = {**dataclasses.asdict(DiLoCoConfig()), **config}
+    c = config_fields(config, DiLoCoConfig)
     name = "config[{!r}]".format
     for key, low in (("n_examples", 2), ("d_in", 1), ("n_classes", 2), ("clusters_per_class", 1), ("num_workers", 1),
                      ("inner_steps", 1), ("rounds", 1), ("batch_size", 1), ("data_seed", 0), ("seed", 0)):
@@ -140,15 +163,7 @@ def validate_config(config: DiLoCoConfig | Mapping | None = None) -> DiLoCoConfi
     if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence):
         raise TypeError(f"{name('hidden_sizes')} must be a tuple of widths, got {describe(hidden)}")
     c["hidden_sizes"] = tuple(require_int(f"{name('hidden_sizes')}[{i}]", h, minimum=1) for i, h in enumerate(hidden))
-    if c["inner_optimizer"] not in ("adamw", "sgd"):
-        raise ValueError(f"{name('inner_optimizer')} must be 'adamw' or 'sgd', got {c['inner_optimizer']!r}")
-    for key in ("inner_lr", "eps", "outer_lr"):
-        c[key] = require_real(name(key), c[key], strictly_positive=True)
-    c["weight_decay"] = require_real(name("weight_decay"), c["weight_decay"], minimum=0.0)
-    c["beta1"], c["beta2"] = require_beta(name("beta1"), c["beta1"]), require_beta(name("beta2"), c["beta2"])
-    c["outer_momentum"] = require_momentum(c["outer_momentum"], name("outer_momentum"))
-    if c["progress"] is not None and not isinstance(c["progress"], bool):
-        raise TypeError(f"{name('progress')} must be True, False or None, got {describe(c['progress'])}")
+    check_optimizer_fields(c)
     n_held = int(round(c["heldout_fraction"] * c["n_examples"]))
     n_train = c["n_examples"] - n_held
     if not 1 <= n_held < c["n_examples"]:
