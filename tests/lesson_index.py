@@ -8,8 +8,8 @@ Nothing here is typed by hand; every entry is derived from the files that alread
 - reference: the ``from trainsys… import …`` that the Checkpoint's ``own_or_reference(fn, reference)`` calls;
 - check: the ``check_<function>`` the hidden-test cell calls, and the ``trainsys.grading`` module that defines it
   (read with ``ast``, so building the index imports neither torch nor any check);
-- answers: the registries' entries for the function — developer mutants (``tests/mutants``), the blind red team
-  (``tests/redteam``), clause witnesses (``tests/clauses``) — found by importing them (:func:`answers`);
+- answers: the modules of the one answer registry (``tests/answers``: ``developer``, ``blind``, ``clauses``) that
+  write or name the function's answers — read from its records (:func:`answers`);
 - tests: the ``tests/test_*.py`` files whose code names the function.
 
 The package holds the reference code and the checks and knows nothing of its tests; this module, beside the
@@ -21,19 +21,18 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib
 import json
-import pkgutil
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.answers import PACKAGES, records
 from trainsys.syllabus import lesson_key
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN_CHECK = re.compile(r"### BEGIN HIDDEN TESTS.*?\bcheck_(\w+)\(", re.S)
 OWN_OR_REFERENCE = re.compile(r"own_or_reference\((\w+),\s*(\w+)\)")
-ANSWER_PACKAGES = ("tests.mutants", "tests.redteam", "tests.clauses")
+ANSWER_PACKAGES = tuple(f"tests.answers.{package}" for package in PACKAGES)
 
 
 @dataclass(frozen=True)
@@ -128,30 +127,19 @@ def by_function(root: Path = ROOT) -> dict[str, Lesson]:
     return out
 
 
-def _registry(package: str) -> dict[str, list[str]]:
-    """``function → [module, …]`` of the modules of ``package`` with entries for it (MUTANTS, ALTERNATIVES,
-    WITNESSES)."""
-    root = importlib.import_module(package)
-    found: dict[str, list[str]] = {}
-    for info in pkgutil.iter_modules(root.__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{package}.{info.name}")
-        for table in ("MUTANTS", "ALTERNATIVES", "WITNESSES"):
-            for function in getattr(module, table, {}):
-                found.setdefault(function, [])
-                if module.__name__ not in found[function]:
-                    found[function].append(module.__name__)
-    return found
-
-
 @functools.cache
 def answers() -> dict[str, dict[str, tuple[str, ...]]]:
-    """``function → {package: (module, …)}``: where each graded function's answers are registered
-    (``tests.mutants``, ``tests.redteam``, ``tests.clauses``). Imports the registries."""
-    tables = {package: _registry(package) for package in ANSWER_PACKAGES}
-    functions = {f for table in tables.values() for f in table}
-    return {f: {package: tuple(tables[package].get(f, ())) for package in ANSWER_PACKAGES} for f in sorted(functions)}
+    """``function → {package: (module, …)}``: the modules of each ``tests.answers`` subpackage that write one of
+    the function's answers or name it as a clause witness, in module-name order. Imports the registry."""
+    found: dict[str, dict[str, list[str]]] = {}
+    for answer in records():
+        places = found.setdefault(answer.function, {package: [] for package in ANSWER_PACKAGES})
+        for module in (answer.module, *sorted(answer.witnessed_in)):
+            modules = places[module.rsplit(".", 1)[0]]
+            if module not in modules:
+                modules.append(module)
+    return {f: {package: tuple(sorted(modules)) for package, modules in places.items()}
+            for f, places in sorted(found.items())}
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 
-from tests.mutants import m1p1_mlp
+from tests.answers.developer import m1p1_mlp
 from trainsys.course import REPO, answer_sources, run_nbgrader, submit
 
 ASSIGNMENT = "m1p1-mlp-core"

@@ -8,19 +8,15 @@ are in one process. A failure here would mean the autograder takes points from c
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 import pytest
 
-import tests.mutants as mutants_pkg
+from tests.answers import references
 import trainsys.grading as grading
 from trainsys.autograde.isolation import StudentProcess
 from trainsys.autograde.sandbox import SandboxConfig
 
 pytestmark = pytest.mark.slow
-REFERENCES = sorted({(name, mod.REFERENCE) for info in pkgutil.iter_modules(mutants_pkg.__path__)
-                     for mod in [importlib.import_module(f"tests.mutants.{info.name}")] for name in mod.MUTANTS})
+REFERENCES = sorted(references().items())
 
 
 @pytest.mark.parametrize(("name", "module"), REFERENCES, ids=[n for n, _ in REFERENCES])

@@ -57,8 +57,8 @@ def test_places_and_key_errors_name_what_was_given() -> None:
 
 CHECKLIST_PLACES = (  # every place README's "Writing a lesson" must name, as it names them
     "src/trainsys/<reference>.py", "tests/test_<tests>.py", "src/trainsys/grading/<checks>.py",
-    "src/trainsys/grading/__init__.py", "tests/mutants/<mutants>.py", "tests/redteam/<mp>.py",
-    "tests/clauses/<checks>.py", "solutions/<part>/<NN>_<function>.ipynb", "solutions/<part>/<NN>_<function>",
+    "src/trainsys/grading/__init__.py", "tests/answers/developer/<mutants>.py", "tests/answers/blind/<mp>.py",
+    "tests/answers/clauses/<checks>.py", "solutions/<part>/<NN>_<function>.ipynb", "solutions/<part>/<NN>_<function>",
     "_toc.yml", "notebooks/<part>/<NN>_<function>.ipynb", "make release",
 )
 
@@ -78,10 +78,10 @@ def test_readme_checklist_names_the_lessons_files(key: str) -> None:
     registered = answers()[lesson.function]
     check_stem = lesson.check.split(".")[-2]
     fill = {"<reference>": "/".join(lesson.reference.split(".")[1:-1]), "<checks>": check_stem,
-            "<mutants>": registered["tests.mutants"][0].rsplit(".", 1)[1], "<mp>": lesson.part,
+            "<mutants>": registered["tests.answers.developer"][0].rsplit(".", 1)[1], "<mp>": lesson.part,
             "<part>": lesson.source.parts[1], "<NN>": key.split(".")[1], "<function>": lesson.function}
-    assert registered["tests.redteam"] == (f"tests.redteam.{lesson.part}",), registered
-    assert registered["tests.clauses"] == (f"tests.clauses.{check_stem}",), registered
+    assert registered["tests.answers.blind"] == (f"tests.answers.blind.{lesson.part}",), registered
+    assert registered["tests.answers.clauses"] == (f"tests.answers.clauses.{check_stem}",), registered
     toc = (ROOT / "_toc.yml").read_text()
     tests = {p.stem[len("test_"):] for p in files_naming(lesson.function)}
     for place in re.findall(r"`((?:src|tests|solutions|notebooks)/[^`\s…]+|_toc\.yml)`", text):

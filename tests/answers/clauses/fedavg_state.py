@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.fedavg import state as ref
 
 

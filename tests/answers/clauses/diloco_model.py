@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.diloco import model as ref
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.memtrain import trainer as ref
 
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.memtrain import checkpointing as ref
 from trainsys.memtrain.mlp import linear_backward, linear_forward, relu_forward
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.fedavg import experiments as ref
 from trainsys.fedavg.server import FedAvgConfig
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.memtrain import mixed_precision as ref
 from trainsys.memtrain.mlp import mlp_backward, mlp_forward, mse_loss_and_grad
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.fedavg import data as ref_data
 from trainsys.fedavg import model as ref_model
 from trainsys.fedavg import partition as ref_part

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.memtrain import zero as ref
 
 

@@ -545,7 +545,7 @@ MUTANTS = {
     ],
     "train_synchronous_baseline": [
         ("gradients summed, not averaged (contract: 'the mean of the k gradient trees')", _tsb_sum),
-        ("steps on worker 0's gradient only", _tsb_worker0),
+        ("steps on worker 0's gradient only (the red team's own, written blind)", _tsb_worker0),
         ("one gradient tree per step in the bytes (contract: 'kP per step')", _tsb_bytes_one_tree),
         ("AdamW re-initialised at each logged round (contract: 'One init_adamw_state for the whole run')",
          _tsb_reset_each_round),

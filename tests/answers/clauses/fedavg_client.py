@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.fedavg import client as ref
 from trainsys.fedavg.model import require_lr
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _cells(notebook: Path) -> dict[str, str]:

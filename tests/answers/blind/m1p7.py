@@ -1281,7 +1281,7 @@ for _name, _entry in [
 ]:
     ALTERNATIVES.setdefault(_name, []).append(_entry)
 
-from tests.redteam._blind_m1p7_train import train as _train_blind_student  # noqa: E402 - the blind answer, verbatim
+from tests.answers.blind._blind_m1p7_train import train as _train_blind_student  # noqa: E402 - the blind answer, verbatim
 
 ALTERNATIVES.setdefault("train", []).append(
     ("a blind student's train from lesson 40's text alone (scale recorded after the rollback restores it)",

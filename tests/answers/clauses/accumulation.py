@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.memtrain import accumulation as ref
 from trainsys.memtrain.mlp import mlp_backward, mlp_forward, mse_loss_and_grad, sgd_step
 

@@ -6,7 +6,7 @@ import copy
 
 import numpy as np
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.memtrain import mlp as ref
 
 

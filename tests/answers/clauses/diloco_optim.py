@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.diloco import adamw as ref_adamw
 from trainsys.diloco import outer as ref_outer
 from trainsys.diloco import params as ref_params

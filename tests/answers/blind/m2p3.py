@@ -593,7 +593,7 @@ MUTANTS = {
     "scale_params": [
         ("scales in place and returns params (contract: 'Mutation: none')", _scale_in_place),
         ("scales only the weights (contract: 'every array of the tree')", _scale_weights_only),
-        ("divides by c", _scale_divide),
+        ("divides by c (the red team's own, written blind)", _scale_divide),
         ("np.float64(c) without astype: dtype drifts (contract: 'the dtype of each input array')",
          _scale_dtype_drift),
         ("c = 1 returns the same arrays (contract: 'scaling by 1 is a copy, not the same arrays')",

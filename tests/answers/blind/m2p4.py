@@ -781,7 +781,7 @@ MUTANTS = {
     ],
     "local_train_step": [
         ("loss reported after the update (contract: 'loss ... at theta_{t-1}')", _lts_loss_after),
-        ("plain SGD whatever hp['optimizer'] says", _lts_always_sgd),
+        ("plain SGD whatever hp['optimizer'] says (the red team's own, written blind)", _lts_always_sgd),
         ("optimizer state re-initialised inside the step (contract: opt_state carried, step = t)",
          _lts_reinit_state),
         ("SGD without the decoupled decay (contract: theta(1 - lr wd) - lr g)", _lts_sgd_no_decay),

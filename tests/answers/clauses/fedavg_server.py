@@ -8,7 +8,7 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.fedavg import server as ref
 from trainsys.fedavg.data import LabelledDataset
 from trainsys.fedavg.client import require_momentum

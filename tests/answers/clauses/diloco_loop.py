@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tests.clauses import existing
+from tests.answers.clauses import existing
 from trainsys.diloco import evaluation as ref_eval
 from trainsys.diloco import loop as ref_loop
 from trainsys.diloco import sharding as ref
