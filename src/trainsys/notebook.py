@@ -233,6 +233,119 @@ def hidden_check(text: str) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------------
+# A lesson's graded cells, a submission's code, the visible tests
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GradedCells:
+    """What a source notebook says about its graded function (:func:`graded_cells`)."""
+
+    setup: str  # the setup cell's source ("" when the lesson has none)
+    function: str  # the graded function, as the hidden tests' check_<function>(<function>) names it
+    answer_id: str  # grade id of the answer cell
+    visible_id: str  # grade id of the (last) visible-test cell
+    visible: str  # its source
+    hidden_id: str  # grade id of the hidden-test cell
+    test_ids: tuple[str, ...]  # grade ids of every test cell, in notebook order
+
+
+def graded_cells(nb: Mapping) -> GradedCells | None:
+    """The graded pieces of a source notebook (from ``solutions/``: a release has no hidden region to name the
+    function); ``None`` when it lacks an answer cell, a visible-test cell or a hidden check (the setup is optional).
+    Raises ``TypeError``/``ValueError`` for something that is not a notebook (:func:`cells`)."""
+    setup = function = answer_id = visible_id = visible = hidden_id = None
+    test_ids = []
+    for cell in cells(nb):
+        if is_setup(cell):
+            setup = source(cell)
+        elif is_answer(cell):
+            answer_id = grade_id(cell)
+        elif is_hidden_test(cell):
+            hidden_id = grade_id(cell)
+            test_ids.append(hidden_id)
+            match = CHECK_CALL.search(source(cell))
+            function = match.group(2) if match else None
+        elif is_visible_test(cell):
+            visible_id, visible = grade_id(cell), source(cell)
+            test_ids.append(visible_id)
+    if None in (function, answer_id, visible_id, hidden_id):
+        return None
+    return GradedCells(setup or "", function, answer_id, visible_id, visible, hidden_id, tuple(test_ids))
+
+
+def read_graded(path: str | Path) -> GradedCells | None:
+    """:func:`graded_cells` of the source notebook file at ``path`` (read with nbformat; its errors propagate)."""
+    return graded_cells(nbformat.read(Path(path), as_version=4))
+
+
+def student_code(nb: Mapping, graded: GradedCells) -> tuple[list[str] | None, str]:
+    """``(the student's code cells, how the answer cell was found)`` in a submitted notebook ``nb`` (raw JSON).
+
+    The student's cells are every code cell before the first test cell of ``graded`` that is neither a test cell
+    nor the setup cell; a cell is named by its grade id, else its cell id (nbgrader's release gives graded cells
+    their grade id as cell id), so removing a cell's nbgrader metadata hides nothing. The answer cell is found
+    by ``"metadata"`` (its grade id), else ``"cell id"``, else ``"position"``. ``(None, "no answer cell")`` when
+    the student has no code cell there."""
+    if not isinstance(graded, GradedCells):
+        raise TypeError(f"graded must be the lesson's GradedCells, got {describe(graded)}")
+
+    def ident(cell: Mapping) -> Any:
+        return grade_id(cell) or cell.get("id")
+
+    code = code_cells(nb)
+    ends = [i for i, cell in enumerate(code) if ident(cell) in graded.test_ids]
+    end = ends[0] if ends else len(code)
+    mine = [cell for cell in code[:end] if ident(cell) not in (*graded.test_ids, SETUP_ID)]
+    if not mine:
+        return None, "no answer cell"
+    by_meta = [cell for cell in mine if grade_id(cell) == graded.answer_id]
+    by_id = [cell for cell in mine if cell.get("id") == graded.answer_id]
+    found = "metadata" if by_meta else "cell id" if by_id else "position"
+    return [source(cell) for cell in mine], found
+
+
+MAGIC = re.compile(r"^\s*[%!]|\?\s*$", re.M)
+"""A line of IPython syntax (``%magic``, ``!shell``, ``obj?``) that plain Python cannot compile."""
+
+
+def ipython_to_python(text: str) -> str:
+    """A cell's IPython syntax (``%magic``, ``!shell``, ``obj?``) as plain Python, as the kernel runs it.
+
+    IPython is imported only for cells that need it (it costs a fraction of a second per process).
+    """
+    if not MAGIC.search(text):
+        return text
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(text)
+
+
+def run_visible_tests(visible: str, before: Sequence[str] = (), bind: Mapping[str, Any] | None = None, *,
+                      keep_going: bool = False) -> dict[str, Any]:
+    """Run a lesson's visible test cell ``visible`` in a fresh ``__main__`` namespace, after the cells ``before``
+    (the setup cell, then any of the student's code cells), with the names of ``bind`` set just before the tests
+    (the graded function, when it lives elsewhere). Cells are IPython source (:func:`ipython_to_python`).
+
+    An exception in a cell of ``before`` propagates, unless ``keep_going`` (as "Run all" in a notebook that
+    goes on after an error: the tests then meet whatever the earlier cells defined). Whatever the visible tests
+    raise propagates. Returns the namespace. This is the one place a lesson's visible tests are run: the trusted
+    verifier (``trainsys.autograde.verify``) and ``make progress`` (``trainsys.progress``) call it."""
+    if not isinstance(visible, str) or not all(isinstance(text, str) for text in before):
+        raise TypeError(f"visible and before must be cell sources (str), got {describe(visible)} and {describe(before)}")
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    for index, text in enumerate(before):
+        try:
+            exec(compile(ipython_to_python(text), f"<cell {index}>", "exec"), namespace)  # noqa: S102 - lesson code
+        except BaseException:
+            if not keep_going:
+                raise
+    namespace.update(bind or {})
+    exec(compile(ipython_to_python(visible), "<visible tests>", "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+# --------------------------------------------------------------------------------------------------
 # Cell builders (lesson authoring: ``make new-lesson``)
 # --------------------------------------------------------------------------------------------------
 

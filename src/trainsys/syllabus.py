@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 
 from trainsys._paths import REPO
+from trainsys.notebook import BEGIN_SOLUTION, is_answer, solution_body
 
 XP_PER_LESSON = 5
 READING_WORDS_PER_MINUTE = 150
@@ -33,7 +34,6 @@ MINUTES_TO_RUN = 5
 HEADER = re.compile(r"^\*Module (\d+) — (.+?) · Part (\d+) — (.+?) · (\d+ XP · about \d+ minutes|\d+ points)\*$",
                     re.M)
 """A lesson's header line (the second paragraph of its first cell)."""
-SOLUTION = re.compile(r"### BEGIN SOLUTION(.*?)### END SOLUTION", re.S)
 BLOCK = re.compile(r"<!-- syllabus:.*? -->\n.*?<!-- /syllabus -->\n", re.S)
 BLOCK_OPEN = "<!-- syllabus: written by python -m trainsys.syllabus from the lessons; do not edit -->\n"
 
@@ -73,11 +73,11 @@ def markdown_words(nb: nbformat.NotebookNode) -> int:
 
 def answer_lines(nb: nbformat.NotebookNode) -> int:
     """Lines of the reference answer: the solution region of the graded cell, without blanks and comments."""
-    cell = next((c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")), None)
-    match = SOLUTION.search(cell.source) if cell is not None else None
-    if match is None:
-        raise ValueError("the notebook has no answer cell with a ### BEGIN SOLUTION region")
-    return sum(1 for line in match.group(1).splitlines() if line.strip() and not line.strip().startswith("#"))
+    cell = next((c for c in nb.cells if is_answer(c)), None)
+    body = solution_body(cell.source) if cell is not None else None
+    if body is None:
+        raise ValueError(f"the notebook has no answer cell with a {BEGIN_SOLUTION} region")
+    return sum(1 for line in body.splitlines() if line.strip() and not line.strip().startswith("#"))
 
 
 LESSON_WORDS = 1000

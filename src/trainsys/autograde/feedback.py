@@ -55,7 +55,8 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_output
 from traitlets import Bool, Int, default
 
-HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS")
+from trainsys.notebook import drop_nbgrader, has_hidden_region, has_nbgrader, nbgrader
+
 NOTICE = "# Hidden tests: the code is not shown. Its result is below."
 
 
@@ -231,7 +232,7 @@ class HideHiddenTests(Preprocessor):
     enabled = Bool(True, help="nbconvert runs only enabled preprocessors; this one is always wanted").tag(config=True)
 
     def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type != "code" or not HIDDEN.search(cell.source):
+        if cell.cell_type != "code" or not has_hidden_region(cell.source):
             return cell, resources
         cell.source = NOTICE
         for output in cell.get("outputs", []):
@@ -492,7 +493,7 @@ class SanitizeOutputs(Preprocessor):
                 used += cost
                 continue
             used = self.page_budget  # nothing after a cell that did not fit: the page reads in order
-            if not isinstance(cell.get("metadata", {}).get("nbgrader"), dict):
+            if not has_nbgrader(cell):
                 left_out += 1
                 continue
             cell["source"] = "# [feedback] not shown: this page had reached its size limit"
@@ -514,7 +515,7 @@ class SanitizeOutputs(Preprocessor):
         if "tags" in metadata:
             tags = metadata["tags"] if isinstance(metadata["tags"], list) else []
             metadata["tags"] = [t for t in tags if isinstance(t, str) and SAFE_TOKEN.fullmatch(t)]
-        self._nbgrader_metadata(metadata)
+        self._nbgrader_metadata(cell)
         if cell.cell_type == "code":
             cell["execution_count"] = _count(cell.get("execution_count"))
             outputs = []
@@ -534,12 +535,12 @@ class SanitizeOutputs(Preprocessor):
         return cell, resources
 
     @staticmethod
-    def _nbgrader_metadata(metadata: NotebookNode) -> None:
+    def _nbgrader_metadata(cell: NotebookNode) -> None:
         """The feedback template prints ``grade_id`` unescaped and formats ``score``/``points`` as numbers."""
-        meta = metadata.get("nbgrader")
-        if not isinstance(meta, dict):
-            metadata.pop("nbgrader", None)
+        if not has_nbgrader(cell):
+            drop_nbgrader(cell)
             return
+        meta = nbgrader(cell)
         if "grade_id" in meta and not (isinstance(meta["grade_id"], str) and SAFE_TOKEN.fullmatch(meta["grade_id"])):
             meta["grade_id"] = "invalid-grade-id"
         for key in ("score", "points"):

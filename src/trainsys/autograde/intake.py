@@ -48,6 +48,8 @@ from pathlib import Path
 
 import nbformat
 
+from trainsys.notebook import drop_nbgrader, grade_id
+
 #: A student id: 1-100 characters, see the module docstring.
 STUDENT_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.@+ -]{0,98}[A-Za-z0-9_.@+-])?")
 #: An assignment id: as a student id without ``@`` and ``+``.
@@ -299,16 +301,15 @@ def _dedupe_grade_ids(nb: nbformat.NotebookNode) -> int:
     Return how many were changed."""
     copies: dict[str, list] = {}
     for cell in nb.get("cells", []):
-        meta = cell.get("metadata", {}).get("nbgrader")
-        grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
-        if grade_id is not None:
-            copies.setdefault(grade_id, []).append(cell)
+        ident = grade_id(cell)
+        if ident is not None:
+            copies.setdefault(ident, []).append(cell)
     changed = 0
-    for grade_id, cells in copies.items():
-        keep = next((cell for cell in cells if cell.get("id") == grade_id), cells[0])
+    for ident, cells in copies.items():
+        keep = next((cell for cell in cells if cell.get("id") == ident), cells[0])
         for cell in cells:
             if cell is not keep:
-                del cell["metadata"]["nbgrader"]
+                drop_nbgrader(cell)
                 changed += 1
     return changed
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 
 from trainsys.autograde.sandbox import SRC, SandboxConfig, _python_paths, wrap
-from trainsys.autograde.verify import Lesson, read_lesson
+from trainsys.notebook import GradedCells, read_graded, replace_sources
 
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # what nbgrader's release leaves in an answer cell
 IMPORTS = ("numpy", "trainsys.grading")  # what every lesson's setup and answer need in the sandbox
@@ -30,12 +30,12 @@ class SelfTestFailed(RuntimeError):
     """The grading setup does not grade correctly; the message says what failed and what the sandbox missed."""
 
 
-def first_lesson(course: Path, assignments: list[str]) -> tuple[Path, Lesson] | None:
+def first_lesson(course: Path, assignments: list[str]) -> tuple[Path, GradedCells] | None:
     """The first graded lesson (source notebook and its graded pieces) of the first of ``assignments``."""
     for assignment in sorted(assignments):
         for source in sorted((course / "solutions" / assignment).glob("*.ipynb")):
             try:
-                lesson = read_lesson(source)
+                lesson = read_graded(source)
             except Exception:  # noqa: BLE001 - an unreadable source is not one to test with
                 lesson = None
             if lesson is not None:
@@ -43,12 +43,11 @@ def first_lesson(course: Path, assignments: list[str]) -> tuple[Path, Lesson] | 
     return None
 
 
-def _with_answer(source: Path, lesson: Lesson, answer: str | None) -> nbformat.NotebookNode:
+def _with_answer(source: Path, lesson: GradedCells, answer: str | None) -> nbformat.NotebookNode:
     """The source notebook with its answer cell kept (``None``) or replaced by ``answer``."""
     nb = nbformat.read(source, as_version=4)
-    for cell in nb.cells:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == lesson.answer_id and answer is not None:
-            cell.source = answer
+    if answer is not None:
+        replace_sources(nb, {lesson.answer_id: answer})
     return nb
 
 

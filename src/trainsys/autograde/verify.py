@@ -34,12 +34,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import nbformat
-
-from trainsys.autograde.isolation import IsolationTimeout, IsolationUnavailable, StudentProcess, ipython_to_python
+from trainsys.autograde.isolation import IsolationTimeout, IsolationUnavailable, StudentProcess
 from trainsys.autograde.sandbox import WITHHELD, SandboxConfig, describe_limit, limit_from_message
+from trainsys.notebook import GradedCells, read_graded, run_visible_tests, student_code
 
-CHECK_CALL = re.compile(r"check_(\w+)\((\w+)\)")
 REFERENCE_IMPORT = re.compile(r"\b(?:from|import)\s+trainsys\.(?:memtrain|diloco|fedavg)\b|\btrainsys\.(?:memtrain|diloco|fedavg)\.")
 
 
@@ -51,89 +49,33 @@ class Verdict:
     message: str = ""
 
 
-@dataclass
-class Lesson:
-    """What the source notebook says about its graded function."""
-
-    setup: str
-    function: str
-    answer_id: str
-    visible_id: str
-    visible: str
-    hidden_id: str
-    test_ids: tuple[str, ...]
+def read_lesson(source: Path) -> GradedCells | None:
+    """The graded pieces of an authored notebook (:func:`trainsys.notebook.graded_cells`); ``None`` when it has
+    no graded function."""
+    return read_graded(source)
 
 
-def _meta(cell: Any) -> dict:
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return meta if isinstance(meta, dict) else {}
-
-
-def read_lesson(source: Path) -> Lesson | None:
-    """The graded pieces of an authored notebook; ``None`` when it has no graded function."""
-    nb = nbformat.read(source, as_version=4)
-    setup = function = answer_id = visible_id = visible = hidden_id = None
-    test_ids = []
-    for cell in nb.cells:
-        meta = _meta(cell)
-        if meta.get("grade_id") == "setup":
-            setup = cell.source
-        elif meta.get("solution"):
-            answer_id = meta["grade_id"]
-        elif meta.get("grade") and "### BEGIN HIDDEN TESTS" in cell.source:
-            hidden_id = meta["grade_id"]
-            test_ids.append(hidden_id)
-            match = CHECK_CALL.search(cell.source)
-            function = match.group(2) if match else None
-        elif meta.get("grade"):
-            visible_id, visible = meta["grade_id"], cell.source
-            test_ids.append(visible_id)
-    if None in (function, answer_id, visible_id, hidden_id):
-        return None
-    return Lesson(setup or "", function, answer_id, visible_id, visible, hidden_id, tuple(test_ids))
-
-
-def student_cells(notebook: Path, lesson: Lesson) -> tuple[list[str] | None, str]:
-    """``(the student's code cells up to the visible tests, how the answer cell was found)``.
-
-    ``None`` when the notebook cannot be read or has no answer cell.
+def student_cells(notebook: Path, lesson: GradedCells) -> tuple[list[str] | None, str]:
+    """``(the student's code cells up to the visible tests, how the answer cell was found)``
+    (:func:`trainsys.notebook.student_code`). ``None`` when the notebook cannot be read or has no answer cell.
     """
     try:
-        cells = json.loads(notebook.read_text()).get("cells", [])
-        if not isinstance(cells, list):
-            return None, "the notebook has no cell list"
-    except (OSError, ValueError, AttributeError):
+        nb = json.loads(notebook.read_text())
+    except (OSError, ValueError):
         return None, "the notebook cannot be read"
-
-    def ident(cell: dict) -> str | None:
-        meta = _meta(cell)
-        return meta.get("grade_id") or cell.get("id")
-
-    def source(cell: dict) -> str:
-        text = cell.get("source", "")
-        return "".join(text) if isinstance(text, list) else str(text)
-
-    code = [c for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"]
-    ends = [i for i, c in enumerate(code) if ident(c) in lesson.test_ids]
-    end = ends[0] if ends else len(code)
-    mine = [c for c in code[:end] if ident(c) not in (*lesson.test_ids, "setup")]
-    if not mine:
-        return None, "no answer cell"
-    by_meta = [c for c in mine if _meta(c).get("grade_id") == lesson.answer_id]
-    by_id = [c for c in mine if c.get("id") == lesson.answer_id]
-    found = "metadata" if by_meta else "cell id" if by_id else "position"
-    return [source(c) for c in mine], found
+    if not isinstance(nb, dict):
+        return None, "the notebook cannot be read"
+    if not isinstance(nb.get("cells", []), list):
+        return None, "the notebook has no cell list"
+    return student_code(nb, lesson)
 
 
-def _run_visible(lesson: Lesson, function: Any) -> None:
+def _run_visible(lesson: GradedCells, function: Any) -> None:
     """The source notebook's visible test cell, here, with the student's function bound to its name."""
-    namespace: dict[str, Any] = {"__name__": "__main__"}
-    exec(compile(ipython_to_python(lesson.setup), "<setup>", "exec"), namespace)  # noqa: S102 - the instructor's
-    namespace[lesson.function] = function
-    exec(compile(ipython_to_python(lesson.visible), "<visible tests>", "exec"), namespace)  # noqa: S102
+    run_visible_tests(lesson.visible, [lesson.setup], {lesson.function: function})
 
 
-def _run_hidden(lesson: Lesson, function: Any) -> None:
+def _run_hidden(lesson: GradedCells, function: Any) -> None:
     import trainsys.grading as grading
 
     getattr(grading, f"check_{lesson.function}")(function)
@@ -144,7 +86,7 @@ def _failure(exc: BaseException) -> str:
     return text.strip().splitlines()[0][:400] if text.strip() else type(exc).__name__
 
 
-def verify_notebook(stem: str, lesson: Lesson, cells: list[str], timeout: float,
+def verify_notebook(stem: str, lesson: GradedCells, cells: list[str], timeout: float,
                     sandbox: SandboxConfig | None, notes: list[str] | None = None) -> list[Verdict]:
     """Verdicts for the visible and hidden test cells of one notebook (see the module docstring).
 
@@ -220,7 +162,7 @@ def _name_the_limit(verdict: Verdict, sandbox: SandboxConfig | None) -> Verdict:
 
 def verify(request: dict) -> dict:
     """All verdicts for one student's assignment; ``request`` as written by the grading command."""
-    sandbox = None if request.get("sandbox") is None else SandboxConfig.from_dict(request["sandbox"])
+    sandbox = SandboxConfig.decode(request["sandbox"])  # as the kernels read it from TRAINSYS_SANDBOX
     verdicts: list[Verdict] = []
     notes: list[str] = []
     for source in map(Path, request["sources"]):
