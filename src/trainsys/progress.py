@@ -27,6 +27,7 @@ from pathlib import Path
 import nbformat
 from tqdm import tqdm
 
+from trainsys import notebook
 from trainsys.course import REPO
 from trainsys.syllabus import HEADER, XP_PER_LESSON
 
@@ -58,36 +59,29 @@ def lessons(source_root: Path) -> list[tuple[str, int, str, int, str]]:
 
 
 _RUNNER = r"""
-import json, sys, traceback
-from trainsys.autograde.isolation import ipython_to_python
-cells = json.loads(sys.stdin.read())
-namespace = {"__name__": "__main__"}
-for index, (kind, source) in enumerate(cells):
-    try:
-        exec(compile(ipython_to_python(source), f"<cell {index}>", "exec"), namespace)
-    except BaseException as exc:
-        if kind == "tests":
-            line = f"{type(exc).__name__}: {exc}".strip().splitlines()[0] if str(exc) else type(exc).__name__
-            print(json.dumps({"passed": False, "not_implemented": isinstance(exc, NotImplementedError),
-                              "message": line[:300]}))
-            sys.exit(0)
+import json, sys
+from trainsys.notebook import run_visible_tests
+before, visible = json.loads(sys.stdin.read())
+try:
+    run_visible_tests(visible, before, keep_going=True)
+except BaseException as exc:
+    line = f"{type(exc).__name__}: {exc}".strip().splitlines()[0] if str(exc) else type(exc).__name__
+    print(json.dumps({"passed": False, "not_implemented": isinstance(exc, NotImplementedError),
+                      "message": line[:300]}))
+    sys.exit(0)
 print(json.dumps({"passed": True}))
 """
 
 
-def _cells(path: Path) -> list[tuple[str, str]]:
-    """The cells to run: setup and the student's code cells, then the visible tests (stop there)."""
-    nb = nbformat.read(path, as_version=4)
-    cells = []
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("grade") and meta.get("grade_id", "").endswith("_visible"):
-            cells.append(("tests", cell.source))
-            return cells
-        if not meta.get("grade"):
-            cells.append(("code", cell.source))
+def _cells(path: Path) -> tuple[list[str], str]:
+    """``(the cells to run first, the visible tests)``: the setup and the student's code cells up to the first
+    visible-test cell (:func:`trainsys.notebook.is_visible_test`), and that cell's source."""
+    before = []
+    for cell in notebook.code_cells(nbformat.read(path, as_version=4)):
+        if notebook.is_visible_test(cell):
+            return before, notebook.source(cell)
+        if not notebook.is_graded(cell):
+            before.append(notebook.source(cell))
     raise ValueError("it has no visible test cell")
 
 
