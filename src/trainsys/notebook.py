@@ -37,12 +37,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from typing import TYPE_CHECKING, Any
 
 from trainsys._validation import describe
+
+if TYPE_CHECKING:  # nbformat is imported where a notebook is read or built: the sandboxed student side needs none
+    import nbformat
 
 # --------------------------------------------------------------------------------------------------
 # Markers and grade ids
@@ -276,6 +276,8 @@ def graded_cells(nb: Mapping) -> GradedCells | None:
 
 def read_graded(path: str | Path) -> GradedCells | None:
     """:func:`graded_cells` of the source notebook file at ``path`` (read with nbformat; its errors propagate)."""
+    import nbformat
+
     return graded_cells(nbformat.read(Path(path), as_version=4))
 
 
@@ -360,6 +362,12 @@ def _metadata(ident: str, *, grade: bool, solution: bool, locked: bool, points: 
     return meta
 
 
+def _new_code_cell(text: str) -> nbformat.NotebookNode:
+    from nbformat.v4 import new_code_cell
+
+    return new_code_cell(text)
+
+
 def _text(value: object, argument: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{argument} must be str, got {describe(value)}")
@@ -368,12 +376,14 @@ def _text(value: object, argument: str) -> str:
 
 def markdown_cell(text: str) -> nbformat.NotebookNode:
     """A prose cell (MyST markdown, mathematics in ``$…$`` and ``$$…$$``)."""
+    from nbformat.v4 import new_markdown_cell
+
     return new_markdown_cell(_text(text, "text"))
 
 
 def code_cell(text: str, tags: Sequence[str] = ()) -> nbformat.NotebookNode:
     """An ordinary code cell (a Checkpoint's measurement or figure), with the myst-nb ``tags`` given."""
-    cell = new_code_cell(_text(text, "text"))
+    cell = _new_code_cell(_text(text, "text"))
     if tags:
         cell.metadata["tags"] = list(tags)
     return cell
@@ -381,7 +391,7 @@ def code_cell(text: str, tags: Sequence[str] = ()) -> nbformat.NotebookNode:
 
 def setup_cell(text: str) -> nbformat.NotebookNode:
     """The locked setup cell (grade id :data:`SETUP_ID`): the lesson's imports."""
-    cell = new_code_cell(_text(text, "text"))
+    cell = _new_code_cell(_text(text, "text"))
     cell.metadata["nbgrader"] = _metadata(SETUP_ID, grade=False, solution=False, locked=True)
     return cell
 
@@ -393,7 +403,7 @@ def answer_cell(text: str, function: str) -> nbformat.NotebookNode:
     if body.count(BEGIN_SOLUTION) != 1 or body.count(END_SOLUTION) != 1:
         raise ValueError(f"text of answer cell {function!r} must hold exactly one {BEGIN_SOLUTION} … {END_SOLUTION} "
                          f"region, got {body.count(BEGIN_SOLUTION)} begin and {body.count(END_SOLUTION)} end markers")
-    cell = new_code_cell(body)
+    cell = _new_code_cell(body)
     cell.metadata["nbgrader"] = _metadata(_name(function, "function"), grade=False, solution=True, locked=False)
     cell.metadata["tags"] = ["hide-input"]
     return cell
@@ -401,7 +411,7 @@ def answer_cell(text: str, function: str) -> nbformat.NotebookNode:
 
 def visible_tests_cell(text: str, function: str, points: int = 2) -> nbformat.NotebookNode:
     """The locked, graded visible tests of ``function`` (grade id :func:`visible_test_id`)."""
-    cell = new_code_cell(_text(text, "text"))
+    cell = _new_code_cell(_text(text, "text"))
     cell.metadata["nbgrader"] = _metadata(visible_test_id(function), grade=True, solution=False, locked=True,
                                           points=points)
     return cell
@@ -413,7 +423,7 @@ def hidden_tests_cell(function: str, points: int = 3) -> nbformat.NotebookNode:
     name = _name(function, "function")
     body = ("# Hidden tests: the autograder runs the full check from trainsys.grading here.\n"
             f"{BEGIN_HIDDEN}\nfrom trainsys.grading import check_{name}\nprint(check_{name}({name}))\n{END_HIDDEN}")
-    cell = new_code_cell(body)
+    cell = _new_code_cell(body)
     cell.metadata["nbgrader"] = _metadata(hidden_test_id(name), grade=True, solution=False, locked=True, points=points)
     cell.metadata["tags"] = ["remove-cell"]
     return cell
@@ -430,7 +440,9 @@ def write_lesson(path: str | Path, lesson_cells: Iterable[nbformat.NotebookNode]
     """Write a source notebook at ``path``: the python3 kernel, stable cell ids (a graded cell's id is its
     grade id), no outputs. Raises ``nbformat.ValidationError`` for cells nbformat rejects."""
     path = Path(path)
-    nb = new_notebook(cells=list(lesson_cells))
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=list(lesson_cells))
     nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     nb.metadata["language_info"] = {"name": "python"}
     for index, cell in enumerate(nb.cells):
