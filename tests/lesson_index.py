@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.answers import PACKAGES, records
+from trainsys.notebook import HIDDEN_CHECK
 from trainsys.syllabus import lesson_key
 
 ROOT = Path(__file__).resolve().parents[1]
-HIDDEN_CHECK = re.compile(r"### BEGIN HIDDEN TESTS.*?\bcheck_(\w+)\(", re.S)
 OWN_OR_REFERENCE = re.compile(r"own_or_reference\((\w+),\s*(\w+)\)")
 ANSWER_PACKAGES = tuple(f"tests.answers.{package}" for package in PACKAGES)
 
