@@ -18,7 +18,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 
 
-.PHONY: setup vendor browser sandbox datasets reproduce book test release grade lab progress bench gpu-check federate clean
+.PHONY: setup vendor browser sandbox datasets reproduce book test release new-lesson grade lab progress bench gpu-check federate clean
 
 setup: $(STAMP)
 
@@ -69,6 +69,13 @@ test: setup vendor browser sandbox datasets
 release: setup
 	$(BIN)/python -m trainsys.syllabus
 	$(BIN)/python -c "from trainsys.course import REPO, generate_releases; generate_releases(REPO)"
+
+# A new lesson's files, all or none (README's "Writing a lesson"; every place to write is marked TODO(new-lesson KEY)):
+# make new-lesson KEY=m2p7.31 FUNCTION=rounds_for_steps ARGS="total_steps, inner_steps" \
+#   REFERENCE=trainsys.diloco.evaluation CHECK=diloco_loop TITLE="Rounds for a step budget"
+new-lesson: setup
+	$(BIN)/python -m tests.new_lesson --key "$(KEY)" --function "$(FUNCTION)" --args "$(ARGS)" \
+	  --reference "$(REFERENCE)" --check "$(CHECK)" --title "$(TITLE)"
 
 grade: setup sandbox
 	$(BIN)/python -I -m trainsys.autograde --course $(abspath .) $(GRADE_ARGS)
