@@ -16,7 +16,8 @@ import pytest
 from tests.hostile_class import FAN_OUT
 from trainsys.autograde import sandbox as sb
 from trainsys.autograde.isolation import IsolationUnavailable, StudentProcess
-from trainsys.autograde.options import limit_memory as _limit_memory, sandbox_memory_default
+from trainsys.autograde.launch import limit_memory as _limit_memory
+from trainsys.autograde.options import sandbox_memory_default
 from trainsys.autograde.sandbox import SandboxConfig, wrap
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")

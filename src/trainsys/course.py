@@ -7,15 +7,15 @@ a throw-away copy of it (``NBGRADER_COURSE_ROOT``), and make fake submissions fr
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 
-from trainsys._paths import BIN, REPO  # re-exported: the course's tools import them from here
+from trainsys._paths import BIN, REPO  # noqa: F401 - BIN re-exported: the course's tools import it from here
+from trainsys.autograde import launch
+from trainsys.autograde.launch import nbgrader_env  # noqa: F401 - re-exported: the course's tools import it from here
 from trainsys.syllabus import markdown_words
 
 
@@ -24,63 +24,33 @@ def assignments(root: Path = REPO) -> list[str]:
     return sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 
 
-def nbgrader_env(course: Path, db_url: str | None = None) -> dict[str, str]:
-    """Environment for nbgrader on ``course``: the repository's config; the gradebook ``db_url``
-    (default: SQLite ``gradebook.db`` inside ``course``)."""
-    env = dict(os.environ)
-    env.update(
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-        JUPYTER_CONFIG_PATH=str(REPO / "autograder"),
-        NBGRADER_COURSE_ROOT=str(course),
-        NBGRADER_DB_URL=db_url or f"sqlite:///{course / 'gradebook.db'}",
-        PYDEVD_DISABLE_FILE_VALIDATION="1",
-    )
-    return env
-
-
-def run_nbgrader(course: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-    """Run ``nbgrader <args>`` on ``course``; raise ``RuntimeError`` with its output if it fails."""
-    result = subprocess.run([str(BIN / "nbgrader"), *args], cwd=course, env=nbgrader_env(course),
-                            capture_output=True, text=True, timeout=timeout)
+def run_nbgrader(course: Path, command: str, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run ``nbgrader <command> <args>`` on ``course`` (:func:`trainsys.autograde.launch.nbgrader`); raise
+    ``RuntimeError`` with its output if it fails, ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
+    result = launch.nbgrader(course, command, *args, timeout=timeout)
     if result.returncode != 0:
-        raise RuntimeError(f"nbgrader {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        raise RuntimeError(f"nbgrader {' '.join((command, *args))} failed ({result.returncode}):\n"
+                           f"{result.stdout}\n{result.stderr}")
     return result
 
 
 def generate_releases(course: Path, names: list[str] | None = None, timeout: float = 1800) -> None:
     """``nbgrader generate_assignment NAME --force`` for every assignment of ``course`` (or ``names``).
 
-    One Python process runs nbgrader's own API (``NbGraderAPI.generate_assignment``, what the command
-    calls) for all of them: the release is the command's, byte for byte (a test compares), and the
-    start-up of nbgrader — most of a small assignment's time — is paid once instead of per assignment.
-    Raises ``RuntimeError`` with nbgrader's log when an assignment fails.
+    One Python process runs nbgrader's own API for all of them
+    (:func:`trainsys.autograde.launch.generate_releases_here`, which says why): the release is the
+    command's, byte for byte (a test compares), and nbgrader starts once instead of per assignment.
+    Raises ``ValueError`` naming unknown ``names``, ``RuntimeError`` with nbgrader's log when an assignment
+    fails.
     """
     names = assignments(course) if names is None else list(names)
     unknown = sorted(set(names) - set(assignments(course)))
     if unknown:
         raise ValueError(f"names must be assignments of {course} ({assignments(course)}), got unknown {unknown}")
-    result = subprocess.run([str(BIN / "python"), "-m", "trainsys.course", "generate", *names], cwd=course,
-                            env=nbgrader_env(course), capture_output=True, text=True, timeout=timeout)
+    result = launch.run_trusted(course, launch.__name__, "generate", *names, timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"generating the releases of {names} failed ({result.returncode}):\n"
                            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-
-
-def _generate(names: list[str]) -> int:
-    """In the nbgrader environment :func:`generate_releases` sets up: generate each release; 0 if all succeed."""
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.apps.nbgraderapp import NbGraderApp
-
-    app = NbGraderApp()
-    app.initialize([])  # reads autograder/nbgrader_config.py through JUPYTER_CONFIG_PATH, as the command does
-    api = NbGraderAPI(config=app.config)
-    for name in names:
-        outcome = api.generate_assignment(name, force=True)
-        if not outcome["success"]:
-            print(f"nbgrader generate_assignment {name} failed:\n{outcome.get('error', '')}\n{outcome.get('log', '')}",
-                  file=sys.stderr)
-            return 1
-    return 0
 
 
 def make_course_copy(target: Path) -> Path:
@@ -126,9 +96,3 @@ def lesson_words(notebook: Path) -> int:
     """A lesson's length as a reader meets it: the whitespace-separated words of its markdown cells
     (mathematics included, code cells and the header line with XP and time not)."""
     return markdown_words(nbformat.read(notebook, as_version=4))
-
-
-if __name__ == "__main__":  # python -m trainsys.course generate NAME… (run by generate_releases)
-    if len(sys.argv) < 3 or sys.argv[1] != "generate":
-        sys.exit("usage: python -m trainsys.course generate ASSIGNMENT [ASSIGNMENT …]")
-    sys.exit(_generate(sys.argv[2:]))

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import nbformat
 
-from trainsys.autograde.options import Options, grader_env, limit_memory
-from trainsys.course import nbgrader_env
+from trainsys.autograde import launch
+from trainsys.autograde.options import Options
 
 NOTICE = "Trusted grader"
 
@@ -30,18 +28,18 @@ def run_verifier(options: Options, student: str, assignment: str, sources: list[
     ``submitted``: the folder of the student's notebooks (default ``submitted/<student>/<assignment>``; the
     grading command passes its staged copy, :mod:`trainsys.autograde.intake`).
     """
-    config = options.sandbox_config(slot)
+    from trainsys.autograde.sandbox import SandboxConfig
+
     folder = submitted if submitted is not None else options.course / "submitted" / student / assignment
     request = {"sources": [str(s) for s in sources],
                "submitted": str(folder),
-               "timeout": options.verify_timeout, "sandbox": asdict(config) if config else None}
+               "timeout": options.verify_timeout, "sandbox": SandboxConfig.encode(options.sandbox_config(slot))}
     per_notebook = 2 * (options.verify_timeout * 5) + 60  # visible and hidden, each with its retries
     wall = per_notebook * max(len(sources), 1) + 60
-    env = grader_env(options)
     try:
-        run = subprocess.run([sys.executable, "-I", "-m", "trainsys.autograde.verify"], input=json.dumps(request),
-                             capture_output=True, text=True, errors="replace", timeout=wall, env=env, cwd=options.course,
-                             preexec_fn=limit_memory(options.grader_memory_mb * 2**20, soft_only=True))
+        run = launch.run_trusted(options.course, "trainsys.autograde.verify", timeout=wall, db_url=options.db_url,
+                                 extra_env=launch.QUIET, memory_limit=options.grader_memory_mb * 2**20, soft_only=True,
+                                 stdin=json.dumps(request))
     except subprocess.TimeoutExpired:
         return {"error": f"the trusted re-check did not finish within {wall:.0f} s"}
     try:
@@ -53,7 +51,7 @@ def run_verifier(options: Options, student: str, assignment: str, sources: list[
 
 def apply_verdicts(options: Options, student: str, assignment: str, reply: dict) -> list[str]:
     """Scores from verdicts; return the flags for the instructor."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
     flags = list(reply.get("notes", []))
     verdicts = reply.get("verdicts", [])
@@ -62,7 +60,7 @@ def apply_verdicts(options: Options, student: str, assignment: str, reply: dict)
                      "every test cell set to 0, review by hand")
     by_cell = {(v["notebook"], v["cell"]): v for v in verdicts}
     withheld = _hidden_cells(options.course / "solutions" / assignment)  # never run in the kernel
-    with Gradebook(nbgrader_env(options.course, options.db_url)["NBGRADER_DB_URL"]) as gb:
+    with launch.gradebook(options.course, options.db_url) as gb:
         try:
             submission = gb.find_submission(assignment, student)
         except MissingEntry:

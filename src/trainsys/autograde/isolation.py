@@ -5,35 +5,34 @@ Inside a notebook kernel, student code runs before the tests and can replace any
 
 - a **student process**, in the sandbox (:mod:`trainsys.autograde.sandbox`), executes the lesson's
   setup cell and the student's cells, and then only ever *calls the student's function* on the
-  arguments it receives and sends back the result;
+  arguments it receives and sends back the result (:mod:`trainsys.autograde.student_side`);
 - the **trusted process** runs the visible tests and ``trainsys.grading.check_<name>`` with a
   :class:`RemoteFunction` standing in for the student's function. The comparison with the
-  reference happens in a process where no student code has ever run.
+  reference happens in a process where no student code has ever run. This module is its side.
 
-The two talk through :mod:`trainsys.autograde.wire` — data only, never pickle. What a call does to
-its arguments comes back too: the arguments after the call are written back into the caller's
-objects (in-place updates, an advanced generator, a model's new weights and mode); a result that
-*is* an argument, or a view of an argument array, comes back as a reference to the caller's own
-object; a 0-d tensor whose autograd graph reaches the arguments' parameters comes back as a tensor
-with the same value and the same gradients with respect to the caller's parameters.
+The two talk through :mod:`trainsys.autograde.wire` — data only, never pickle — in the messages of
+:mod:`trainsys.autograde.protocol`. What a call does to its arguments comes back too: the arguments after
+the call are written back into the caller's objects (in-place updates, an advanced generator, a model's new
+weights and mode); a result that *is* an argument, or a view of an argument array, comes back as a
+reference to the caller's own object; a 0-d tensor whose autograd graph reaches the arguments' parameters
+comes back as a tensor with the same value and the same gradients with respect to the caller's parameters.
+The memory a call needed is read from ``/proc`` (:mod:`trainsys.autograde.procfs`), out of the student's reach.
 """
 
 from __future__ import annotations
 
-import builtins
 import os
-import re
 import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trainsys.autograde import wire
+from trainsys.autograde import procfs, wire
+from trainsys.autograde.launch import QUIET, limit_memory
+from trainsys.autograde.protocol import GRAPH_TAG, global_generators, set_global_generators, shared_types
 from trainsys.autograde.sandbox import (
     MEASURABLE_MALLOC,
     Cgroup,
@@ -45,11 +44,6 @@ from trainsys.autograde.sandbox import (
 )
 from trainsys.autograde.wire import Alias, Kept, Same, View, WireError
 
-GUARDED_MODULES = ("numpy", "numpy.testing", "trainsys.grading", "trainsys.grading._harness", "builtins")
-GUARDED_NAMES = {
-    "numpy": ("allclose", "isclose", "array_equal", "abs", "all", "any", "isnan", "isfinite", "max", "where"),
-    "builtins": ("abs", "isinstance", "len", "getattr", "print", "float", "int", "type", "callable"),
-}
 EXCEPTIONS = {e.__name__: e for e in (TypeError, ValueError, NotImplementedError, AssertionError, KeyError,
                                       IndexError, ZeroDivisionError, AttributeError, RuntimeError, MemoryError,
                                       OverflowError, FloatingPointError, ArithmeticError, LookupError)}
@@ -65,18 +59,7 @@ class IsolationTimeout(IsolationUnavailable):
     """The student process did not answer in time (worth one retry with a longer limit)."""
 
 
-# --- what a call did to its arguments ----------------------------------------------------------------
-def _walk(obj: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
-    """Every container and array reachable from ``obj`` with its path of keys/indices."""
-    yield path, obj
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _walk(value, (*path, key))
-    elif isinstance(obj, (list, tuple)):
-        for index, value in enumerate(obj):
-            yield from _walk(value, (*path, index))
-
-
+# --- what a call did to its arguments, on the caller's objects ----------------------------------------
 def _at(obj: Any, path: tuple) -> Any:
     try:
         for key in path:
@@ -84,74 +67,6 @@ def _at(obj: Any, path: tuple) -> Any:
     except (KeyError, IndexError, TypeError) as exc:
         raise WireError(f"a reference to an argument that does not exist: {path!r}") from exc
     return obj
-
-
-def _shared_types() -> tuple[type, ...]:
-    """Objects a function may return or update in place: containers, arrays, generators, torch objects."""
-    types: tuple[type, ...] = (dict, list, np.ndarray, np.random.Generator, np.random.RandomState)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        types += (torch.Tensor, torch.nn.Module, torch.Generator)
-    return types
-
-
-def _leaves(args: Any) -> list[tuple[tuple, str | None, Any]]:
-    """Tensors a result's graph may reach: ``(path, parameter name or None, tensor)``."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return []
-    found = []
-    for path, obj in _walk(args):
-        if isinstance(obj, torch.nn.Module):
-            found += [(path, name, p) for name, p in obj.named_parameters() if p.requires_grad]
-        elif isinstance(obj, torch.Tensor) and obj.requires_grad and obj.is_leaf:
-            found.append((path, None, obj))
-    return found
-
-
-def _encode_result(result: Any, args: Any) -> Any:
-    """Replace objects of ``result`` that are (or view) parts of ``args`` by references to them, and an
-    object met twice in the result by a reference to its first place (``cache["logits"] is logits``)."""
-    by_id = {id(o): p for p, o in _walk(args) if isinstance(o, _shared_types())}
-    arrays = [(p, o) for p, o in _walk(args) if isinstance(o, np.ndarray)]
-    torch = sys.modules.get("torch")
-    seen: dict[int, tuple] = {}
-
-    def encode(obj: Any, path: tuple) -> Any:
-        if id(obj) in by_id:
-            return Alias(by_id[id(obj)])
-        if isinstance(obj, _shared_types()):
-            if id(obj) in seen:
-                return Same(seen[id(obj)])
-            seen[id(obj)] = path
-        if isinstance(obj, np.ndarray):
-            for base_path, base in arrays:
-                if base.size and obj.size and np.shares_memory(obj, base):
-                    offset = obj.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-                    return View(base_path, offset, obj.shape, obj.strides, obj.dtype.str)
-            return obj
-        if torch is not None and isinstance(obj, torch.Tensor) and obj.grad_fn is not None and obj.ndim == 0:
-            return _graph(torch, obj, args)
-        if isinstance(obj, dict):
-            return {k: encode(v, (*path, k)) for k, v in obj.items()}
-        if isinstance(obj, list):
-            return [encode(v, (*path, i)) for i, v in enumerate(obj)]
-        if isinstance(obj, tuple):
-            return tuple(encode(v, (*path, i)) for i, v in enumerate(obj))
-        return obj
-
-    return encode(result, ())
-
-
-GRAPH_TAG = "__trainsys_graph__"
-
-
-def _graph(torch: Any, loss: Any, args: Any) -> dict:
-    """A scalar with a graph: its value and its gradient with respect to each leaf of the arguments."""
-    leaves = _leaves(args)
-    grads = torch.autograd.grad(loss, [t for _, _, t in leaves], allow_unused=True) if leaves else []
-    return {GRAPH_TAG: True, "value": loss.detach(),
-            "grads": [[list(path), name, g] for (path, name, _), g in zip(leaves, grads) if g is not None]}
 
 
 def _rebuild_graph(node: dict, args: Any) -> Any:
@@ -180,7 +95,7 @@ def _decode_result(result: Any, args: Any, path: tuple = (), seen: dict | None =
             raise WireError("a reference to a part of the result that comes later or does not exist")
         return seen[result.path]
     value = _decode_one(result, args, path, seen)
-    if isinstance(value, _shared_types()):
+    if isinstance(value, shared_types()):
         seen.setdefault(path, value)
     return value
 
@@ -215,29 +130,6 @@ def _decode_one(result: Any, args: Any, path: tuple, seen: dict) -> Any:
     if isinstance(result, tuple):
         return tuple(_decode_result(v, args, (*path, i), seen) for i, v in enumerate(result))
     return result
-
-
-def _mark_kept(args: Any, originals: dict[int, tuple]) -> Any:
-    """The arguments after the call, each object that was there before the call wrapped in ``Kept``.
-
-    ``originals`` maps ``id`` → path of every mutable object of the arguments *before* the call (the
-    caller keeps those objects alive, so ids cannot be reused). The caller then updates its own
-    objects in place where the student did, and takes the new objects where the student replaced one
-    (``acc[k] = acc[k] + g`` is a new array, not an in-place update, and must look like one).
-    """
-    def mark(obj: Any) -> Any:
-        if isinstance(obj, dict):
-            inner: Any = {k: mark(v) for k, v in obj.items()}
-        elif isinstance(obj, list):
-            inner = [mark(v) for v in obj]
-        elif isinstance(obj, tuple):
-            inner = tuple(mark(v) for v in obj)
-        else:
-            inner = obj
-        path = originals.get(id(obj))
-        return Kept(path, inner) if path is not None and isinstance(obj, _shared_types()) else inner
-
-    return mark(args)
 
 
 def _restore(node: Any, root: Any) -> Any:
@@ -298,172 +190,7 @@ def _write_back(args: tuple, kwargs: dict, after: Any) -> None:
             _restore(node, root)
 
 
-# --- the student process --------------------------------------------------------------------------------
-MAGIC = re.compile(r"^\s*[%!]|\?\s*$", re.M)
-
-
-def ipython_to_python(source: str) -> str:
-    """A cell's IPython syntax (``%magic``, ``!shell``, ``obj?``) as plain Python, as the kernel runs it.
-
-    IPython is imported only for cells that need it (it costs a fraction of a second per process).
-    """
-    if not MAGIC.search(source):
-        return source
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    return TransformerManager().transform_cell(source)
-
-
-def _guarded_objects() -> dict[str, Any]:
-    import importlib
-
-    found = {}
-    for module_name in GUARDED_MODULES:
-        module = importlib.import_module(module_name)
-        names = GUARDED_NAMES.get(module_name) or [n for n in dir(module) if not n.startswith("__")]
-        for name in names:
-            if hasattr(module, name):
-                found[f"{module_name}.{name}"] = (module, name, getattr(module, name))
-    return found
-
-
-class _NoShell:
-    """What ``get_ipython()`` gives the student's cells here: line magics and shell commands do nothing,
-    a cell magic (``%%time``, ``%%capture``) runs its cell's body, as the kernel would."""
-
-    def __init__(self, namespace: dict) -> None:
-        self.namespace = namespace
-
-    def get(self) -> _NoShell:
-        return self
-
-    def run_line_magic(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def run_cell_magic(self, name: str, line: str, cell: str) -> None:
-        exec(compile(ipython_to_python(cell), "<cell magic>", "exec"), self.namespace)
-
-    def system(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    getoutput = system
-
-
-def _display(*objects: Any, **kwargs: Any) -> None:  # pragma: no cover - runs in the student process
-    """The kernel's ``display``: here its output goes nowhere."""
-    return None
-
-
-def _global_generators() -> dict:
-    """The global generators' states (NumPy's legacy one; torch's CPU one if torch is loaded), as wire data.
-
-    A call carries them to the student's process and back, so that a check sees what the call did to the
-    global generators (seeding them, drawing from them) exactly as it would in the kernel.
-    """
-    state = np.random.get_state()
-    states: dict = {"numpy": [str(state[0]), state[1], int(state[2]), int(state[3]), float(state[4])]}
-    if "torch" in sys.modules:
-        states["torch"] = sys.modules["torch"].get_rng_state()
-    return states
-
-
-def _set_global_generators(states: Any) -> None:
-    """Set the global generators from :func:`_global_generators`' data; ``WireError`` if it is not such data."""
-    try:
-        name, keys, pos, has_gauss, cached = states["numpy"]
-        if type(keys) is not np.ndarray or keys.dtype != np.uint32 or keys.shape != (624,):
-            raise ValueError("a NumPy state without 624 uint32 keys")
-        np.random.set_state((str(name), keys, int(pos), int(has_gauss), float(cached)))
-        if "torch" in states:
-            import torch
-
-            if not isinstance(states["torch"], torch.Tensor) or states["torch"].dtype != torch.uint8:
-                raise ValueError("a torch state that is not a uint8 tensor")
-            torch.set_rng_state(states["torch"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise WireError(f"invalid global generator states: {exc}") from None
-
-
-def _child_main() -> None:  # pragma: no cover - runs in the student process
-    """Execute the student's cells, then serve calls of the graded function until the channel closes.
-
-    Nothing here is trusted by the grader: it only ever reads data from this process.
-    """
-    stdin, stdout = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # student prints (even from C code) must not reach the channel
-    sys.stdout = sys.stderr
-    is_, getattr_ = (lambda a, b: a is b), builtins.getattr
-    request = wire.receive(stdin)
-    originals = _guarded_objects()
-
-    def tampered() -> list[str]:
-        return sorted(k for k, (module, name, obj) in originals.items()
-                      if not is_(getattr_(module, name, None), obj))
-
-    namespace: dict[str, Any] = {"__name__": "__main__"}
-    namespace["get_ipython"] = _NoShell(namespace).get
-    namespace["display"] = _display  # a kernel builtin, as common in an answer cell as print
-    first_error = None
-    for index, source in enumerate(request["cells"]):  # like a kernel: a failing cell does not stop the next
-        try:
-            exec(compile(ipython_to_python(source), f"<cell {index}>", "exec"), namespace)
-        except BaseException as exc:  # noqa: BLE001 - report whatever the student code raised
-            first_error = first_error or f"{type(exc).__name__}: {exc}"
-    fn = namespace.get(request["name"])
-    fn = fn if callable(fn) else None
-    status = {"ok": fn is not None, "error": None if fn else first_error or f"{request['name']} is not defined"}
-    wire.send(stdout, {**status, "tampered": tampered()})
-    while fn is not None:
-        try:
-            request = wire.receive(stdin)
-        except EOFError:
-            return
-        args, kwargs = request["args"], request["kwargs"]
-        if "generators" in request:
-            _set_global_generators(request["generators"])
-        objects = [(p, o) for p, o in _walk((args, kwargs)) if len(p) >= 2 and isinstance(o, _shared_types())]
-        originals = {id(o): p for p, o in objects}  # ``objects`` keeps them alive: no id is reused
-        traced = False
-        if request.get("measure"):  # the grader measures this process's peak memory around the call
-            wire.send(stdout, {"ready": True})
-            traced = bool(wire.receive(stdin).get("tracemalloc"))
-        try:
-            if traced:
-                import tracemalloc
-
-                tracemalloc.start()
-                start, _ = tracemalloc.get_traced_memory()
-            try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    result = fn(*args, **kwargs)
-            finally:
-                if traced:
-                    peak = tracemalloc.get_traced_memory()[1] - start
-                    tracemalloc.stop()
-                if request.get("measure"):
-                    wire.send(stdout, {"done": True})
-                    wire.receive(stdin)
-            reply = {"ok": True, "result": _encode_result(result, (args, kwargs)),
-                     "args": _mark_kept((args, kwargs), originals), "generators": _global_generators(),
-                     "warnings": [[w.category.__name__, str(w.message)[:500]] for w in caught[:20]]}
-            if traced:
-                reply["peak"] = peak
-            data = wire.dumps(reply)
-        except BaseException as exc:  # noqa: BLE001 - whatever the call raised, or a result we cannot send
-            kind = "TypeError" if isinstance(exc, WireError) else type(exc).__name__
-            message = f"the result cannot be sent back: {exc}" if isinstance(exc, WireError) else str(exc)
-            failure = {"ok": False, "type": kind, "message": message[:2000]}
-            try:  # what the call did to its arguments before it raised (a generator it advanced, …)
-                data = wire.dumps({**failure, "args": _mark_kept((args, kwargs), originals),
-                                   "generators": _global_generators()})
-            except BaseException:  # noqa: BLE001 - arguments we cannot send back: the failure alone
-                data = wire.dumps(failure)
-        stdout.write(data)
-        stdout.flush()
-
-
+# --- the student process, seen from the grader ---------------------------------------------------------
 class StudentProcess:
     """The student's code, loaded in a fresh Python process (sandboxed unless ``sandbox`` is ``None``);
     ``function`` is its graded function.
@@ -477,7 +204,7 @@ class StudentProcess:
                  sandbox: SandboxConfig | None = None, memory_limit_bytes: int | None = None) -> None:
         self.timeout = timeout
         self.sandbox = sandbox
-        command = [sys.executable, "-I", "-c", "from trainsys.autograde.isolation import _child_main; _child_main()"]
+        command = [sys.executable, "-I", "-c", "from trainsys.autograde.student_side import main; main()"]
         preexec = None
         self.cgroup = None
         self.memory_cap = None
@@ -487,11 +214,8 @@ class StudentProcess:
             command = wrap(command, sandbox, cgroup=self.cgroup, env=MEASURABLE_MALLOC)
             env = None
         else:
-            env = {**os.environ, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg", **MEASURABLE_MALLOC}
-            if memory_limit_bytes:
-                def preexec() -> None:  # pragma: no cover - runs in the child before exec
-                    import resource
-                    resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+            env = {**os.environ, **QUIET, **MEASURABLE_MALLOC}
+            preexec = limit_memory(memory_limit_bytes) if memory_limit_bytes else None
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, preexec_fn=preexec, env=env,
                                         start_new_session=True)
@@ -560,11 +284,11 @@ class StudentProcess:
             return self.process.pid
         try:
             outer = self.process.pid
-            init = [int(p) for p in _children(outer)]
+            init = procfs.children(outer)
             if len(init) != 1:
                 return None
-            kids = [int(p) for p in _children(init[0])]
-            return min(kids, key=_start_time) if kids else None
+            kids = procfs.children(init[0])
+            return min(kids, key=procfs.start_time) if kids else None
         except (OSError, ValueError):
             return None
 
@@ -576,13 +300,13 @@ class StudentProcess:
         resident set before — numbers the student's code cannot touch. Otherwise (no permission to
         reset) the student process measures itself with ``tracemalloc``.
         """
-        self._send({"args": tuple(args), "kwargs": dict(kwargs), "measure": True, "generators": _global_generators()})
+        self._send({"args": tuple(args), "kwargs": dict(kwargs), "measure": True, "generators": global_generators()})
         self._expect("ready")
         pid = self.main_pid()
-        baseline = _reset_peak(pid) if pid is not None else None
+        baseline = procfs.reset_peak(pid) if pid is not None else None
         self._send({"tracemalloc": baseline is None})
         self._expect("done")
-        peak = _peak(pid) if baseline is not None else None
+        peak = procfs.peak(pid) if baseline is not None else None
         self._send({"go": True})
         result, reply = self._finish(args, kwargs)
         if baseline is not None and peak is not None:
@@ -593,7 +317,7 @@ class StudentProcess:
         return result, traced
 
     def call(self, args: tuple, kwargs: dict) -> Any:
-        self._send({"args": tuple(args), "kwargs": dict(kwargs), "generators": _global_generators()})
+        self._send({"args": tuple(args), "kwargs": dict(kwargs), "generators": global_generators()})
         return self._finish(args, kwargs)[0]
 
     def _finish(self, args: tuple, kwargs: dict) -> tuple[Any, dict]:
@@ -605,7 +329,7 @@ class StudentProcess:
             well_formed = (type(after) is tuple and len(after) == 2 and type(after[0]) is tuple
                            and type(after[1]) is dict)
             if "generators" in reply:  # what the call did to the global generators, as in the kernel
-                _set_global_generators(reply["generators"])
+                set_global_generators(reply["generators"])
             if not reply["ok"]:
                 if well_formed:
                     _write_back(tuple(args), kwargs, after)
@@ -678,35 +402,3 @@ def _reissue_warnings(caught: Any) -> None:
     for entry in caught[:20]:
         if type(entry) is list and len(entry) == 2 and all(type(x) is str for x in entry):
             warnings.warn(entry[1], WARNINGS.get(entry[0], UserWarning), stacklevel=3)
-
-
-def _children(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-
-
-def _start_time(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2:].split()[19])
-
-
-def _status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise ValueError(f"no {field} in /proc/{pid}/status")
-
-
-def _reset_peak(pid: int) -> int | None:
-    """Reset the process's peak resident set to its current one; return that (``None``: not allowed)."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-        return _status_kib(pid, "VmRSS")
-    except (OSError, ValueError):
-        return None
-
-
-def _peak(pid: int) -> int | None:
-    try:
-        return _status_kib(pid, "VmHWM")
-    except (OSError, ValueError):
-        return None

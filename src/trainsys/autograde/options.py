@@ -1,17 +1,14 @@
-"""What one class-grading run is told, and the limits and environment its trusted processes get.
+"""What one class-grading run is told: the course, its parallel jobs and the limits of every process.
 
 :class:`Options` is read by the runner (nbgrader's jobs) and by :mod:`trainsys.autograde.decide` (the
-trusted re-check); both start their children with :func:`limit_memory` and :func:`grader_env`.
+trusted re-check); both start their children through :func:`trainsys.autograde.launch.run_trusted`.
 """
 
 from __future__ import annotations
 
 import os
-import resource
 from dataclasses import dataclass
 from pathlib import Path
-
-from trainsys.course import nbgrader_env
 
 
 @dataclass
@@ -48,16 +45,3 @@ def sandbox_memory_default(jobs: int, memory_limit_mb: int, total_mb: int | None
     if total_mb is None:
         total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
     return max(1024, min(memory_limit_mb, total_mb * 3 // 4 // max(jobs, 1)))
-
-
-def limit_memory(limit_bytes: int, soft_only: bool = False):
-    """A ``preexec_fn`` capping the child's address space. ``soft_only``: the hard limit stays (a trusted
-    process capped below its sandboxed children: the sandbox's ``prlimit`` raises theirs to its own)."""
-    def apply() -> None:  # runs in the child before exec
-        hard = resource.getrlimit(resource.RLIMIT_AS)[1] if soft_only else limit_bytes
-        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, hard))
-    return apply
-
-
-def grader_env(options: Options) -> dict[str, str]:
-    return {**nbgrader_env(options.course, options.db_url), "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}

@@ -31,7 +31,6 @@ import json
 import queue
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -40,9 +39,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from trainsys.autograde import launch
 from trainsys.autograde.decide import apply_verdicts, run_verifier
-from trainsys.autograde.options import Options, grader_env, limit_memory
-from trainsys.course import nbgrader_env
+from trainsys.autograde.options import Options
 
 MARKER = ".trainsys.json"
 INTAKE = Path(".grading") / "intake"  # staged submissions, relative to the course root
@@ -82,31 +81,30 @@ def is_complete(course: Path, student: str, assignment: str) -> bool:
 
 # --- one job ------------------------------------------------------------------------------------------
 def _nbgrader(options: Options, command: str, *args: str, timeout: float, slot: int = 0) -> subprocess.CompletedProcess:
-    """``nbgrader <command> <args>`` under ``python -I`` (no working folder, no user site-packages on its path).
+    """``nbgrader <command> <args>`` for this run (:func:`trainsys.autograde.launch.nbgrader`): its cell
+    time-out, its gradebook, the sandbox of grading ``slot`` for the kernels (``TRAINSYS_SANDBOX``), and the
+    grader's memory cap (without the sandbox: the kernels' own, which they inherit).
 
     Options go in ``args`` as single ``--name=value`` words and positional arguments last, after ``--``
-    (an id can then never be read as an option).
+    (an id can then never be read as an option). A time-out is returned as exit status 124.
     """
-    from trainsys.autograde.sandbox import ENV_VAR
+    from trainsys.autograde.sandbox import ENV_VAR, SandboxConfig
 
     config = options.sandbox_config(slot)
-    env = {**grader_env(options), ENV_VAR: config.to_env() if config else "off"}
-    preexec = (limit_memory(options.grader_memory_mb * 2**20, soft_only=True) if config
-               else limit_memory(options.memory_limit_mb * 2**20))
+    memory_mb = options.grader_memory_mb if config else options.memory_limit_mb
     try:
-        return subprocess.run([sys.executable, "-I", "-m", "nbgrader", command, f"--Execute.timeout={options.timeout}",
-                               *args],
-                              cwd=options.course, env=env, capture_output=True, text=True, errors="replace", timeout=timeout,
-                              preexec_fn=preexec)
+        return launch.nbgrader(options.course, command, f"--Execute.timeout={options.timeout}", *args, timeout=timeout,
+                               db_url=options.db_url, extra_env={**launch.QUIET, ENV_VAR: SandboxConfig.encode(config)},
+                               memory_limit=memory_mb * 2**20, soft_only=config is not None)
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(exc.cmd, 124, "", f"timed out after {timeout:.0f} s")
 
 
 def _clear_gradebook(options: Options, student: str, assignment: str) -> None:
     """Remove this submission's earlier grades (scores, manual scores, extra credit): grade it fresh."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
-    with Gradebook(grader_env(options)["NBGRADER_DB_URL"]) as gb:
+    with launch.gradebook(options.course, options.db_url) as gb:
         try:
             gb.remove_submission(assignment, student)
         except MissingEntry:
@@ -177,9 +175,9 @@ def _last_line(text: str) -> str:
 
 
 def _fill_scores(course: Path, result: JobResult, db_url: str | None) -> None:
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
-    with Gradebook(nbgrader_env(course, db_url)["NBGRADER_DB_URL"]) as gb:
+    with launch.gradebook(course, db_url) as gb:
         try:
             submission = gb.find_submission(result.assignment, result.student)
         except MissingEntry:
@@ -233,9 +231,9 @@ def grade_class(options: Options, assignments: list[str] | None = None, progress
 
 def _prepare_gradebook(options: Options, assignments: list[str]) -> None:
     """Make sure the gradebook knows each assignment (its cells and points) before parallel grading."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
-    with Gradebook(nbgrader_env(options.course, options.db_url)["NBGRADER_DB_URL"]) as gb:
+    with launch.gradebook(options.course, options.db_url) as gb:
         missing = []
         for assignment in assignments:
             try:

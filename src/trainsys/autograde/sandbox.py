@@ -52,7 +52,10 @@ from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
 
+from trainsys.autograde.procfs import process_tree, proportional_size
+
 ENV_VAR = "TRAINSYS_SANDBOX"  # JSON of SandboxConfig, or "off"; set by the grading command for nbgrader
+OFF = "off"  # ENV_VAR's value (and the re-check request's) when student code runs unsandboxed
 SRC = Path(__file__).resolve().parents[2]  # <course>/src: the package source, bound read-only
 SYSTEM_DIRS = ("/usr", "/etc", "/opt")  # read-only; /bin, /lib, … are symlinks into /usr (merged /usr)
 MERGED_USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -84,23 +87,34 @@ class SandboxConfig:
     withheld: tuple[str, ...] = field(default_factory=tuple)  # package functions replaced by stubs: withheld_view
 
     def to_env(self) -> str:
+        """This configuration as JSON text, the one form in which it crosses to another process."""
         return json.dumps(asdict(self))
+
+    @staticmethod
+    def encode(config: SandboxConfig | None) -> str:
+        """The text the grader hands a child process (in :data:`ENV_VAR` to nbgrader, in the re-check's
+        request): the configuration's JSON, or ``"off"`` when student code runs without the sandbox."""
+        return OFF if config is None else config.to_env()
+
+    @classmethod
+    def decode(cls, text: str) -> SandboxConfig | None:
+        """The configuration :meth:`encode` wrote; ``None`` for ``"off"``; the defaults for ``""`` (a plain
+        ``nbgrader`` command, started by no grading command, still sandboxes its kernels).
+
+        Raises ``ValueError`` (``json.JSONDecodeError``) on text that is not JSON and ``TypeError`` on an
+        unknown field.
+        """
+        if text == OFF:
+            return None
+        if not text:
+            return cls()
+        data = json.loads(text)  # JSON lists become the tuples the fields hold
+        return cls(**{**data, "extra_ro": tuple(data.get("extra_ro", ())), "withheld": tuple(data.get("withheld", ()))})
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> SandboxConfig | None:
-        """The configuration the grading command passed down; ``None`` when the sandbox is off."""
-        value = (os.environ if environ is None else environ).get(ENV_VAR, "")
-        if value == "off":
-            return None
-        if not value:
-            return cls()
-        return cls.from_dict(json.loads(value))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SandboxConfig:
-        """The configuration :func:`dataclasses.asdict` (or :meth:`to_env`) wrote (lists become tuples)."""
-        data = {**data, "extra_ro": tuple(data.get("extra_ro", ())), "withheld": tuple(data.get("withheld", ()))}
-        return cls(**data)
+        """The configuration the grading command passed down in :data:`ENV_VAR` (see :meth:`decode`)."""
+        return cls.decode((os.environ if environ is None else environ).get(ENV_VAR, ""))
 
     @property
     def uid(self) -> int | None:
@@ -331,7 +345,7 @@ class MemoryCap(threading.Thread):
             tree = process_tree(self.pid)
             if not tree:
                 return
-            total = sum(map(_proportional_size, tree))
+            total = sum(map(proportional_size, tree))
             self.peak = max(self.peak, total)
             if total > self.limit:
                 self.reached = True
@@ -341,38 +355,6 @@ class MemoryCap(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants alive now (from ``/proc/<pid>/task/*/children``)."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{current}/task")
-        except OSError:
-            continue
-        found.append(current)
-        for task in tasks:
-            try:
-                todo += [int(c) for c in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
-            except (OSError, ValueError):
-                continue
-    return found
-
-
-def _proportional_size(pid: int) -> int:
-    """Bytes of memory ``pid`` holds: its ``Pss`` (else its resident set); 0 once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * resource.getpagesize()
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def memory_cap(config: SandboxConfig, cgroup: Cgroup | None, pid: int) -> MemoryCap | None:
