@@ -39,7 +39,7 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 
 
 # Execute with short reply polls: a notebook that displays widgets must never sit idle for its whole
-# timeout because nbclient missed a reply (measured; see trainsys.execution).
+# timeout because nbclient missed a reply (measured; see trainsys.execution and trainsys.autograde.execute).
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties,
@@ -50,7 +50,7 @@ from nbgrader.preprocessors import (  # noqa: E402
 )
 
 from trainsys.autograde.feedback import TruncateOutputs  # noqa: E402
-from trainsys.execution import SlicedPollExecute  # noqa: E402
+from trainsys.autograde.execute import SlicedPollExecute  # noqa: E402
 
 # TruncateOutputs: the autograded notebook keeps at most a bounded number of bytes per output and per cell
 # (LimitOutput counts lines: one 300 MB line passes it). A cell whose flood of output is still being read

@@ -459,7 +459,7 @@ def test_a_feedback_page_stays_under_its_limit_whatever_the_notebook_holds() -> 
 def test_prints_do_not_pile_up_in_the_executing_client() -> None:
     """The autograder's executor bounds a flooding cell's outputs as messages arrive (10 MB of prints in)."""
     from trainsys.autograde.feedback import MAX_CELL_OUTPUT_BYTES, MAX_TEXT_BYTES
-    from trainsys.execution import SlicedPollExecute
+    from trainsys.autograde.execute import SlicedPollExecute
 
     executor = SlicedPollExecute()
     executor.reset_execution_trackers()

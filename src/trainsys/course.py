@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 
 from trainsys._paths import BIN, REPO  # noqa: F401 - BIN re-exported: the course's tools import it from here
+from trainsys import notebook
 from trainsys.autograde import launch
 from trainsys.autograde.launch import nbgrader_env  # noqa: F401 - re-exported: the course's tools import it from here
 from trainsys.syllabus import markdown_words
@@ -63,9 +64,7 @@ def make_course_copy(target: Path) -> Path:
 
 def answer_sources(source_notebook: Path) -> dict[str, str]:
     """``grade_id → source`` of the answer cells of an authored notebook (the reference solutions)."""
-    nb = nbformat.read(source_notebook, as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
+    return notebook.answer_sources(nbformat.read(source_notebook, as_version=4))
 
 
 def submit(course: Path, student: str, assignment: str, answers: dict[str, dict[str, str]] | None = None) -> Path:
@@ -78,11 +77,7 @@ def submit(course: Path, student: str, assignment: str, answers: dict[str, dict[
     target.mkdir(parents=True, exist_ok=True)
     for release in sorted((course / "notebooks" / assignment).glob("*.ipynb")):
         nb = nbformat.read(release, as_version=4)
-        filled = (answers or {}).get(release.name, {})
-        for cell in nb.cells:
-            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if grade_id in filled:
-                cell.source = filled[grade_id]
+        notebook.replace_sources(nb, (answers or {}).get(release.name, {}))
         nbformat.write(nb, target / release.name)
     return target
 

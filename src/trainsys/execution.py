@@ -5,16 +5,15 @@ Measured on the course's 2-core test machines: nbclient's async client now and t
 whole execution timeout before carrying on with complete outputs. Waiting for the reply in short
 slices (0.2 s) instead of one long poll removed the stall (0 in 128 runs vs about 5 in 108).
 
-:class:`SlicedPollNotebookClient` is ``nbclient.NotebookClient`` with that one change; nbgrader's
-autograder uses it through :class:`SlicedPollExecute` (``autograder/nbgrader_config.py``), and the
-book build through :func:`install` (``book/_ext/sliced_poll.py``).
+:class:`SlicedPollNotebookClient` is ``nbclient.NotebookClient`` with that one change; the book build
+uses it through :func:`install` (``book/_ext/sliced_poll.py``), and nbgrader's autograder through
+:class:`trainsys.autograde.execute.SlicedPollExecute`, which adds the grading command's choices (sandboxed
+kernels, hidden tests withheld, bounded outputs). This module only executes: it decides nothing about grades.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 import typing as t
 from queue import Empty
 from time import monotonic
@@ -24,7 +23,6 @@ from nbclient.client import timestamp
 from nbclient.exceptions import CellTimeoutError
 from nbclient.util import ensure_async
 from nbformat import NotebookNode
-from nbgrader.preprocessors import Execute
 
 POLL_SLICE_SECONDS = 0.2
 
@@ -84,54 +82,6 @@ class SlicedPollNotebookClient(NotebookClient):
     """``NotebookClient`` that cannot sleep through an execute reply (see the module docstring)."""
 
     _async_poll_for_reply = _sliced_poll_for_reply
-
-
-HIDDEN_REGION = re.compile(r"### BEGIN HIDDEN TESTS.*?(?:### END HIDDEN TESTS[^\n]*|\Z)", re.S)
-HIDDEN_NOTICE = "### (hidden tests: run by the trusted grader, not in this kernel)"
-
-
-class SlicedPollExecute(Execute):
-    """nbgrader's ``Execute`` preprocessor (configured as ``Execute``) with the sliced reply poll, whose
-    kernels run in the grading sandbox (``trainsys.autograde.sandbox``) unless ``TRAINSYS_SANDBOX=off``.
-
-    Under the class grading command (which sets ``TRAINSYS_SANDBOX``, and decides the points in its
-    trusted re-check) the kernel is never sent the hidden tests: student code in the kernel could read
-    them (``In``, a ``post_run_cell`` hook) and print them into its feedback. Plain ``nbgrader
-    autograde`` still runs them in the kernel, whose scores are then the grades.
-    """
-
-    _async_poll_for_reply = _sliced_poll_for_reply
-
-    def __init__(self, *args: t.Any, **kwargs: t.Any) -> None:
-        from trainsys.autograde.sandbox import ENV_VAR, SandboxConfig, SandboxKernelManager
-
-        if SandboxConfig.from_env() is not None:
-            kwargs["kernel_manager_class"] = SandboxKernelManager
-        super().__init__(*args, **kwargs)
-        self.withhold_hidden_tests = bool(os.environ.get(ENV_VAR))
-
-    def output(self, outs: list[NotebookNode], msg: dict[str, t.Any], display_id: str | None,
-               cell_index: int) -> NotebookNode | None:
-        """nbclient's output handling, with a flooding cell's outputs bounded as they arrive (bytes per output
-        and per cell, ``trainsys.autograde.feedback.bound_outputs``), so that prints never pile up here. A
-        cell with display ids (updated by index) is left to ``TruncateOutputs`` after it ran."""
-        from trainsys.autograde.feedback import MAX_TEXT_BYTES, bound_outputs, output_size
-
-        out = super().output(outs, msg, display_id, cell_index)
-        if out is not None and (len(outs) > 64 or output_size(out) > MAX_TEXT_BYTES) \
-                and not any(cell_index in cells for cells in self._display_id_map.values()):
-            outs[:] = bound_outputs(outs)
-        return out
-
-    def preprocess_cell(self, cell: NotebookNode, resources: t.Any, index: int) -> t.Any:
-        source = cell.get("source", "")
-        if not (self.withhold_hidden_tests and cell.get("cell_type") == "code" and "### BEGIN HIDDEN TESTS" in source):
-            return super().preprocess_cell(cell, resources, index)
-        cell.source = HIDDEN_REGION.sub(HIDDEN_NOTICE, source)
-        try:
-            return super().preprocess_cell(cell, resources, index)
-        finally:
-            cell.source = source  # the notebook keeps the instructor's cell (the feedback hides it)
 
 
 def install() -> None:

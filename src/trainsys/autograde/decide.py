@@ -10,13 +10,16 @@ A job whose verifier does not answer scores 0 on every test cell and is flagged 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import nbformat
 
 from trainsys.autograde import launch
 from trainsys.autograde.options import Options
+from trainsys.notebook import grade_id, read_graded
 
 NOTICE = "Trusted grader"
 
@@ -89,15 +92,26 @@ def apply_verdicts(options: Options, student: str, assignment: str, reply: dict)
     return flags
 
 
+def kernel_withholds_hidden_tests(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether nbgrader's kernel is denied the hidden tests (``environ``: default ``os.environ``).
+
+    Yes under the class grading command, which sets ``TRAINSYS_SANDBOX`` (``"off"`` included) and decides every
+    test cell's points in the trusted re-check (:func:`apply_verdicts`): student code in the kernel could read
+    the hidden tests (``In``, a ``post_run_cell`` hook) and print them into its feedback, and the kernel's score
+    for them is ignored (:func:`_hidden_cells`). No under plain ``nbgrader autograde``, whose kernel scores are
+    the grades. Applied by :class:`trainsys.autograde.execute.SlicedPollExecute`."""
+    from trainsys.autograde.sandbox import ENV_VAR
+
+    return bool((os.environ if environ is None else environ).get(ENV_VAR))
+
+
 def _hidden_cells(folder: Path) -> set[tuple[str, str]]:
     """``(notebook, grade id)`` of the hidden-test cells: the grading command's kernels are not sent their
-    code (``trainsys.execution``), so the kernel's score for them means nothing."""
-    from trainsys.autograde.verify import read_lesson
-
+    code (:func:`kernel_withholds_hidden_tests`), so the kernel's score for them means nothing."""
     cells = set()
     for source in sorted(folder.glob("*.ipynb")):
         try:
-            lesson = read_lesson(source)
+            lesson = read_graded(source)
         except Exception:  # noqa: BLE001 - an unreadable source has no lesson
             lesson = None
         if lesson is not None:
@@ -117,8 +131,7 @@ def _annotate(folder: Path, verdicts: list[dict]) -> None:
         except Exception:  # noqa: BLE001 - a missing notebook has nothing to annotate
             continue
         for cell in nb.cells:
-            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-            verdict = cells.get(grade_id)
+            verdict = cells.get(grade_id(cell))
             if verdict is None or cell.cell_type != "code":
                 continue
             text = f"{NOTICE}: {verdict['status']}" + (f" — {verdict['message']}" if verdict["message"] else "")
