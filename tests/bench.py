@@ -7,13 +7,12 @@ Run ``python -m tests.bench`` from the repository root for every section, or nam
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,76 +25,45 @@ def _lessons() -> list[Path]:
     return sorted(REPO.glob("solutions/*/*.ipynb"))
 
 
-def _verdicts(package: str, attribute: str) -> tuple[int, int, int]:
-    """``(rejected, accepted, total)`` of the answers in ``<package>.*.<attribute>`` against their checks."""
-    pkg = importlib.import_module(package)
-    rejected = accepted = total = 0
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{package}.{info.name}")
-        for name, answers in getattr(module, attribute, {}).items():
-            check = getattr(grading, f"check_{name}")
-            for _, answer in answers:
-                total += 1
-                try:
-                    check(answer)
-                    accepted += 1
-                except AssertionError:
-                    rejected += 1
-    return rejected, accepted, total
-
-
-def _functions_with_alternatives(at_least: int) -> int:
-    """How many graded functions have ``at_least`` correct alternatives in ``tests/redteam`` (accepted or not:
-    the count of accepted ones is printed beside it)."""
-    pkg = importlib.import_module("tests.redteam")
-    counts: dict[str, int] = {}
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if not info.name.startswith("_"):
-            for name, answers in getattr(importlib.import_module(f"tests.redteam.{info.name}"), "ALTERNATIVES", {}).items():
-                counts[name] = counts.get(name, 0) + len(answers)
-    return sum(1 for n in counts.values() if n >= at_least)
-
-
-def _clauses() -> tuple[int, int, int, int]:
-    """``(clauses stated, clauses enforced, declared cases, witnesses)``: a clause is enforced when its check
-    declares cases for it and every witness that breaks it fails at one of them (``tests/test_clauses.py``)."""
-    from tests.clauses import all_witnesses, clause_problems
-    from trainsys.grading.clauses import declared_clauses, stated_clauses
-
-    declared, witnesses = declared_clauses(), all_witnesses()
-    stated = enforced = cases = count = 0
-    for lesson in _lessons():
-        function, keys = stated_clauses(lesson)
-        for key in keys:
-            stated += 1
-            labels = declared.get(function, {}).get(key, ())
-            mine = witnesses.get(function, {}).get(key, [])
-            cases += len(labels)
-            count += len(mine)
-            if labels and not clause_problems(function, key, labels, mine):
-                enforced += 1
-    return stated, enforced, cases, count
-
-
 def bench_mutants() -> None:
     """How many realistic wrong implementations the hidden checks reject (the developers' and the blind red
-    team's), how many correct alternatives they accept, and the check time."""
+    team's), how many correct alternatives they accept, how many contract clauses are enforced, and the check time:
+    every record of the one registry (``tests/answers``) checked once."""
     sys.path.insert(0, str(REPO))
+    from tests.answers import check, clause_problems, problems, records
+    from trainsys.grading.clauses import declared_clauses, stated_clauses
+
+    answers = records()
+    declared = declared_clauses()
     start = time.perf_counter()
-    developers, _, dev_total = _verdicts("tests.mutants", "MUTANTS")
-    red, _, red_total = _verdicts("tests.redteam", "MUTANTS")
-    _, alternatives, alt_total = _verdicts("tests.redteam", "ALTERNATIVES")
+    outcomes = {answer: check(answer) for answer in answers}
     elapsed = time.perf_counter() - start
-    print(f"mutants rejected: developers' {developers} / {dev_total}, red team's {red} / {red_total}, "
-          f"all {developers + red} / {dev_total + red_total}; correct alternatives accepted: {alternatives} / "
-          f"{alt_total}")
-    print(f"graded functions with at least two correct alternatives: {_functions_with_alternatives(2)} / "
+    tally = {(origin, verdict): [0, 0] for origin in ("developer", "blind") for verdict in ("wrong", "right")}
+    for answer, outcome in outcomes.items():  # [as its verdict says, total]
+        tally[answer.origin, answer.verdict][0] += not problems(answer, outcome, declared.get(answer.function, {}))
+        tally[answer.origin, answer.verdict][1] += 1
+    (dev, dev_total), (red, red_total) = tally["developer", "wrong"], tally["blind", "wrong"]
+    right, right_total = (sum(tally[o, "right"][i] for o in ("developer", "blind")) for i in (0, 1))
+    in_place = sum(1 for a in answers if a.module.startswith("tests.answers.clauses."))
+    print(f"records: {len(answers)} ({sum(len(a.clauses) for a in answers)} clause witnesses among them); "
+          f"mutants rejected: developers' {dev} / {dev_total} ({in_place} of them clause witnesses written in place), "
+          f"red team's {red} / {red_total}, "
+          f"all {dev + red} / {dev_total + red_total}; correct alternatives accepted: {right} / {right_total}")
+    alternatives = Counter(a.function for a in answers if a.verdict == "right")
+    print(f"graded functions with at least two correct alternatives: {sum(n >= 2 for n in alternatives.values())} / "
           f"{len([n for n in grading.__all__ if n.startswith('check_')])}")
-    stated, enforced, cases, witnesses = _clauses()
-    print(f"contract clauses enforced / stated: {enforced} / {stated} ({cases} declared cases, {witnesses} witnesses)")
-    print(f"mean check time per answer: {elapsed / max(dev_total + red_total + alt_total, 1) * 1000:.1f} ms")
+    stated = enforced = cases = 0
+    for lesson in _lessons():
+        function, keys = stated_clauses(lesson)
+        mine = {a: o for a, o in outcomes.items() if a.function == function}
+        for key in keys:
+            labels = declared.get(function, {}).get(key, ())
+            stated, cases = stated + 1, cases + len(labels)
+            witnesses = {a: o for a, o in mine.items() if key in a.clauses}
+            enforced += bool(labels) and not clause_problems(function, key, labels, witnesses)
+    print(f"contract clauses enforced / stated: {enforced} / {stated} ({cases} declared cases, "
+          f"{sum(len(a.clauses) for a in answers)} witnesses)")
+    print(f"mean check time per answer: {elapsed / max(len(answers), 1) * 1000:.1f} ms")
 
 
 def bench_lessons() -> None:

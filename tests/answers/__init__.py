@@ -270,24 +270,36 @@ def problems(answer: Answer, outcome: Outcome, declared: Mapping[str, tuple[str,
             for clause in sorted(answer.clauses) if failing_case(outcome.message, declared.get(clause, ())) is None]
 
 
-def coverage_problems(function: str, declared: Mapping[str, tuple[str, ...]],
-                      outcomes: Mapping[Answer, Outcome]) -> list[str]:
-    """What is wrong with ``function``'s clause coverage (empty when nothing): every declared clause has a witness
-    (a wrong record carrying it), every declared case is where some witness fails, and no witness carries a
-    clause ``declared`` (its check module's ``CLAUSES[function]``) does not have. ``outcomes``: the check's
-    outcome for each of ``function``'s records."""
+def clause_problems(function: str, clause: str, cases: tuple[str, ...], witnesses: Mapping[Answer, Outcome]) -> list[str]:
+    """What is wrong with ``clause`` of ``function``'s check (empty when nothing): ``witnesses``, the check's
+    outcomes for the records carrying ``clause``, must be non-empty, each fail at one of ``cases`` (the check
+    module's ``CLAUSES[function][clause]``), and every one of ``cases`` must be where some witness fails."""
     from trainsys.grading.clauses import failing_case
 
-    mine = [a for a in outcomes if a.function == function]
+    if not witnesses:
+        return [f"{function} · {clause}: no witness (a wrong answer that breaks this clause)"]
+    out, hit = [], set()
+    for answer, outcome in witnesses.items():
+        label = None if outcome.passed or outcome.error else failing_case(outcome.message, cases)
+        if label is None:
+            out.append(f"{function} · {clause}: witness {answer.description!r} "
+                       f"{'passed the check' if outcome.passed else 'failed at a case not declared for this clause'}"
+                       f"{'' if outcome.passed else ': ' + outcome.message[:200]}")
+        hit.add(label)
+    unshown = [c for c in cases if c not in hit]
+    if unshown:
+        out.append(f"{function} · {clause}: no witness fails at the declared case(s) {unshown}")
+    return out
+
+
+def coverage_problems(function: str, declared: Mapping[str, tuple[str, ...]],
+                      outcomes: Mapping[Answer, Outcome]) -> list[str]:
+    """What is wrong with ``function``'s clause coverage (empty when nothing): no witness carries a clause
+    ``declared`` (its check module's ``CLAUSES[function]``) does not have, and :func:`clause_problems` of each
+    declared clause. ``outcomes``: the check's outcome for (at least) each of ``function``'s witnesses."""
+    mine = {a: o for a, o in outcomes.items() if a.function == function and a.clauses}
     stray = sorted({c for a in mine for c in a.clauses} - set(declared))
     out = [f"{function}: witnesses for clauses CLAUSES does not declare: {stray}"] if stray else []
     for clause, cases in declared.items():
-        witnesses = [a for a in mine if clause in a.clauses]
-        if not witnesses:
-            out.append(f"{function} · {clause}: no witness (a wrong answer that breaks this clause)")
-            continue
-        hit = {failing_case(outcomes[a].message, cases) for a in witnesses if not outcomes[a].passed}
-        unshown = [c for c in cases if c not in hit]
-        if unshown:
-            out.append(f"{function} · {clause}: no witness fails at the declared case(s) {unshown}")
+        out += clause_problems(function, clause, cases, {a: o for a, o in mine.items() if clause in a.clauses})
     return out
