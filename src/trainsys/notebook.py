@@ -334,7 +334,8 @@ def run_visible_tests(visible: str, before: Sequence[str] = (), bind: Mapping[st
     raise propagates. Returns the namespace. This is the one place a lesson's visible tests are run: the trusted
     verifier (``trainsys.autograde.verify``) and ``make progress`` (``trainsys.progress``) call it."""
     if not isinstance(visible, str) or not all(isinstance(text, str) for text in before):
-        raise TypeError(f"visible and before must be cell sources (str), got {describe(visible)} and {describe(before)}")
+        raise TypeError(f"visible and before must be cell sources (str), got {describe(visible)} and "
+                        f"{describe(before)}")
     namespace: dict[str, Any] = {"__name__": "__main__"}
     for index, text in enumerate(before):
         try:
