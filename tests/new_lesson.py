@@ -142,9 +142,10 @@ def validate(request: Request, root: Path = ROOT) -> Places:
     after = [n for n, k in same_module.items() if int(k[1:].split("p")[1].split(".")[0]) > part_number]
     if (before and number < max(before)) or (after and number > min(after)):
         low, high = (max(before) + 1 if before else 1), (min(after) - 1 if after else 99)
-        raise _fail("key", f"a lesson number in course order for {part}, between {low:02d} and {high:02d} "
-                           "(lessons are numbered in course order; inserting earlier renumbers the ones after)",
-                    request.key)
+        free = f"between {low:02d} and {high:02d}" if low <= high else (
+            f"none is free: {part} ends at {low - 1:02d} and the next part starts at {high + 1:02d}, and a lesson "
+            "in the middle of a module renumbers every lesson after it (make new-lesson does not)")
+        raise _fail("key", f"a lesson number in course order for {part} ({free})", request.key)
 
     function = request.function
     if not isinstance(function, str) or not FUNCTION.match(function) or keyword.iskeyword(function):
@@ -481,6 +482,7 @@ class _Journal:
 
     def __init__(self) -> None:
         self.before: dict[Path, bytes | None] = {}
+        self.folders: list[Path] = []
 
     def write(self, path: Path, text: str) -> None:
         if path not in self.before:
@@ -489,15 +491,18 @@ class _Journal:
         path.write_text(text)
 
     def keep(self, folder: Path) -> None:
-        """Remember every file under ``folder`` (nbgrader rewrites a whole release folder)."""
+        """Remember every file under ``folder`` (nbgrader rewrites a whole release folder); on :meth:`undo` the
+        files that were not there are removed."""
+        self.folders.append(folder)
         for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
             if path.is_file() and path not in self.before:
                 self.before[path] = path.read_bytes()
 
-    def undo(self, new_files: list[Path]) -> None:
-        for path in new_files:
-            if path not in self.before:
-                path.unlink(missing_ok=True)
+    def undo(self) -> None:
+        for folder in self.folders:
+            for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+                if path.is_file() and path not in self.before:
+                    path.unlink()
         for path, data in self.before.items():
             if data is None:
                 path.unlink(missing_ok=True)
@@ -531,7 +536,7 @@ def scaffold(request: Request, root: Path = ROOT, release: Callable[[Path, list[
         if not places.release.is_file():
             raise RuntimeError(f"the release did not write {places.release.relative_to(root)}")
     except BaseException:
-        journal.undo([places.release])
+        journal.undo()
         raise
     files[places.release] = places.release.read_text()
     for path in files:
