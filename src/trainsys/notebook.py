@@ -25,6 +25,10 @@ notebook file (whose ``source`` may be a list of lines): submissions are read as
 has validated them, so a cell's metadata may be anything and is never trusted to be a ``dict``. A cell that
 is not a mapping raises ``TypeError`` naming the argument.
 
+:func:`graded_cells` reads a source notebook's graded pieces (:class:`GradedCells`), :func:`student_code` a
+submission's code cells up to the tests, and :func:`run_visible_tests` is the one runner of a lesson's visible
+tests (the trusted verifier and ``make progress`` use it).
+
 The cell builders at the end (:func:`setup_cell`, :func:`answer_cell`, :func:`visible_tests_cell`,
 :func:`hidden_tests_cell`, :func:`write_lesson`) give each cell the metadata above, so no author writes
 nbgrader JSON by hand.
