@@ -168,7 +168,7 @@ def _numpy_params(model: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 def _replica_state(global_model: torch.nn.Module, outer: torch.optim.Optimizer) -> dict[str, np.ndarray]:
-    """What every replica must hold identically: θ (``W0, b0, …``) and the outer momentum buffers.
+    r"""What every replica must hold identically: θ (``W0, b0, …``) and the outer momentum buffers.
 
     The momentum matters: a one-ulp flip of θ is damped by the next Nesterov step (θ enters it with the
     factor :math:`1 - \eta(1+\mu)`, :math:`-0.33` with the defaults) and can round away within a round,

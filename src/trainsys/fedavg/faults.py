@@ -157,7 +157,7 @@ def sort_out_reports(selected: list[int], drops: np.ndarray, times: np.ndarray, 
 def draw_round(num_clients: int, fraction: float, rng: np.random.Generator, fault_rng: np.random.Generator, *,
                dropout_rate: float, deadline: float | None, overselect: float, straggler: LogNormalLatency
                ) -> tuple[list[int], dict[int, int], dict[str, object]]:
-    """One round's draws, in their fixed order: ``(selected, seeds, fates)``.
+    r"""One round's draws, in their fixed order: ``(selected, seeds, fates)``.
 
     ``select_clients(K, m'/K, rng)`` with :math:`m = \max(\lceil CK\rceil, 1)` and ``m'`` =
     :func:`overselected_count`; ``rng.integers(0, 2**31 - 1, size=m')`` (client ``selected[i]`` trains
