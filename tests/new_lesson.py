@@ -106,7 +106,8 @@ def _header(notebook: Path) -> tuple[str, str]:
     first = nbformat.read(notebook, as_version=4).cells[0].source
     match = HEADER.search(first)
     if match is None:
-        raise ScaffoldError(f"{notebook}: its first cell has no '*Module M — … · Part P — … · …*' header line to copy")
+        raise ScaffoldError(f"{notebook}: its first cell has no header line '*Module M — … · Part P — …*' "
+                            "to copy")
     return match[2], match[4]
 
 
@@ -298,7 +299,7 @@ def check_text(request: Request, places: Places, current: str | None) -> str:
         f'    """{f} against the reference {request.reference}.{f}: {t} what the cases cover."""\n'
         f"    from {request.reference} import {f} as reference\n"
         "    from trainsys.grading._harness import BAD, CheckFailure, fixed, run_cases\n\n"
-        f"    cases = [  # {t}: (label, fixed(arguments…)): a hand-computable case, boundaries, several dtypes\n    ]\n"
+        f"    cases = [  # {t}: (label, fixed(arguments…)): a hand-computable case, boundaries, dtypes\n    ]\n"
         f"    invalid = [  # {t}: (label, BAD, \"the argument the error must name\", fixed(arguments…))\n    ]\n"
         f"    if not cases or not invalid:  # {t}: remove once the cases are written\n"
         f'        raise NotImplementedError("check_{f} (lesson {key}) has no cases yet")\n\n'

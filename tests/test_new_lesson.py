@@ -35,6 +35,13 @@ FILL = {"<reference>": "diloco/evaluation", "<checks>": "diloco_loop", "<mutants
 LESSON_TESTS = ("tests/test_m2p7_rounds_for_steps.py", "tests/test_answers.py", "tests/test_lesson_index.py",
                 "tests/test_lessons.py", "tests/test_new_lesson.py", "tests/test_notation.py", "tests/test_alt_text.py")
 """The test files that hold a lesson's tests (besides nbval); the copy runs those of them that exist."""
+COURSE_WIDE = ("tests/test_lessons.py::test_toc_and_lessons_agree",
+               "tests/test_lessons.py::test_syllabus_headers_and_totals_are_current",
+               "tests/test_lessons.py::test_no_prose_paragraph_is_shared_between_lessons",
+               "tests/test_lesson_index.py::test_every_lesson_release_and_check_has_a_key",
+               "tests/test_answers.py::test_no_declaration_or_answer_without_a_lesson",
+               "tests/test_new_lesson.py::test_no_placeholder_without_a_lesson")
+"""The tests over the whole course that a new lesson joins (no part marker: run by name, those that exist)."""
 
 
 # --- no placeholder left -----------------------------------------------------------------------------------------
@@ -116,7 +123,8 @@ def test_a_refused_request_names_its_argument_and_changes_nothing(pristine: Path
                                                                   given: str) -> None:
     before = _state(pristine)
     request = Request(**{**REQUEST.__dict__, **change})
-    with pytest.raises(ScaffoldError, match=rf"^{argument} must be .*{re.escape(given)}.*got {re.escape(repr(change[argument]))}"):
+    message = rf"^{argument} must be .*{re.escape(given)}.*got {re.escape(repr(change[argument]))}"
+    with pytest.raises(ScaffoldError, match=message):
         scaffold(request, root=pristine, release=lambda root, names: pytest.fail("no release for a refused request"))
     assert _state(pristine) == before
 
@@ -180,16 +188,19 @@ def _author(course: Path) -> None:
     """What the lesson's author writes: the reference, the check's cases and clauses, the answers, the tests and the
     notebook's prose and cells, for a small real function: ⌈T / H⌉ rounds for T inner steps at H per round."""
     t = todo(KEY)
-    _replace(course / "src/trainsys/diloco/evaluation.py", rf"def {FUNCTION}\(.*\Z", f'''def {FUNCTION}(total_steps: int, inner_steps: int) -> int:
+    _replace(course / "src/trainsys/diloco/evaluation.py", rf"def {FUNCTION}\(.*\Z", f'''\
+def {FUNCTION}(total_steps: int, inner_steps: int) -> int:
     """Outer rounds for ``total_steps`` inner steps at ``inner_steps`` (H) per round: ⌈T / H⌉, an int.
     Raises ``TypeError``/``ValueError`` naming the argument for a count that is not an integer >= 1."""
     from trainsys._validation import require_int
 
-    return -(-require_int("total_steps", total_steps, minimum=1) // require_int("inner_steps", inner_steps, minimum=1))
+    total = require_int("total_steps", total_steps, minimum=1)
+    return -(-total // require_int("inner_steps", inner_steps, minimum=1))
 ''', regex=True)
     check = course / "src/trainsys/grading/diloco_loop.py"
     _replace(check, f"{t} what the cases cover", "divisible and non-divisible budgets, counts below 1")
-    _replace(check, r"    cases = \[  # .*?raise NotImplementedError\([^\n]*\)\n", '''    cases = [("100 steps, H = 10", fixed(100, 10)), ("101 steps, H = 10 (a last, shorter round)", fixed(101, 10)),
+    _replace(check, r"    cases = \[  # .*?raise NotImplementedError\([^\n]*\)\n", '''\
+    cases = [("100 steps, H = 10", fixed(100, 10)), ("101 steps, H = 10 (a last, shorter round)", fixed(101, 10)),
              ("5 steps, H = 500 (one round)", fixed(5, 500))]
     invalid = [("inner_steps = 0", BAD, "inner_steps", fixed(100, 0)),
                ("total_steps = -1", BAD, "total_steps", fixed(-1, 10))]
@@ -263,12 +274,15 @@ MUTANTS = {''')
         ("(T + H - 1) // H", _rounds_alt_ceil),
         ("counts rounds until the budget is spent", _rounds_alt_loop),
     ],''', regex=True)
-    _replace(course / "tests/answers/clauses/diloco_loop.py", rf'"{FUNCTION}": {{  # [^\n]*\n.*?\n    }},', f'''"{FUNCTION}": {{
-        "failure modes": [existing("{FUNCTION}", "no check of the counts"), existing("{FUNCTION}", "a negative budget")],
+    _replace(course / "tests/answers/clauses/diloco_loop.py", rf'"{FUNCTION}": {{  # [^\n]*\n.*?\n    }},', f'''\
+"{FUNCTION}": {{
+        "failure modes": [existing("{FUNCTION}", "no check of the counts"),
+                          existing("{FUNCTION}", "a negative budget")],
         "metric that proves it correct": [existing("{FUNCTION}", "floor division"),
                                           existing("{FUNCTION}", "always one round more")],
     }},''', regex=True)
-    (course / "tests/test_m2p7_rounds_for_steps.py").write_text(f'''"""Lesson {KEY}: rounds_for_steps against counting."""
+    (course / "tests/test_m2p7_rounds_for_steps.py").write_text(f'''\
+"""Lesson {KEY}: rounds_for_steps against counting."""
 
 import pytest
 
@@ -381,12 +395,13 @@ def test_a_throwaway_lesson_from_make_new_lesson_to_passing_tests(tmp_path: Path
     assert before.returncode == 1, report[-4000:]
     failed = {line.split("::")[0].split()[-1] for line in report.splitlines() if line.startswith("FAILED ")}
     expected = {"tests/test_m2p7_rounds_for_steps.py", "tests/test_new_lesson.py", "tests/test_lesson_index.py"}
-    assert expected | ({"tests/test_answers.py"} if (course / "tests/test_answers.py").is_file() else set()) <= failed, (
-        sorted(failed), report[-4000:])
+    expected |= {"tests/test_answers.py"} if (course / "tests/test_answers.py").is_file() else set()
+    assert expected <= failed, (sorted(failed), report[-4000:])
     assert f"lesson {KEY} still waits for its author" in report and "src/trainsys/diloco/evaluation.py" in report
     stub = _run(course, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval-lax",
                 f"solutions/{FOLDER}/31_{FUNCTION}.ipynb")
-    assert stub.returncode == 1 and f"the visible tests of {FUNCTION} are not written yet" in stub.stdout, stub.stdout[-3000:]
+    assert stub.returncode == 1, stub.stdout[-3000:]
+    assert f"the visible tests of {FUNCTION} are not written yet" in stub.stdout, stub.stdout[-3000:]
 
     # the author writes, then make release's two steps for the part; the part's tests pass
     _author(course)
@@ -397,6 +412,13 @@ def test_a_throwaway_lesson_from_make_new_lesson_to_passing_tests(tmp_path: Path
     after = _part_tests(course)
     assert after.returncode == 0, (after.stdout + after.stderr)[-6000:]
     assert re.search(r"(\d+) passed", after.stdout) and " failed" not in after.stdout, after.stdout[-2000:]
-    executed = _run(course, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval-lax",
+    course_wide = [test for test in COURSE_WIDE if f"def {test.split('::')[1]}(" in _text(course / test.split("::")[0])]
+    executed = _run(course, "-m", "pytest", "-p", "no:cacheprovider", "-q", *course_wide, "--nbval-lax",
                     f"solutions/{FOLDER}/31_{FUNCTION}.ipynb")
     assert executed.returncode == 0, executed.stdout[-3000:]
+    passed = re.search(r"(\d+) passed", executed.stdout)
+    assert passed and int(passed[1]) > len(course_wide), f"the notebook's cells did not run: {executed.stdout[-500:]}"
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.is_file() else ""
