@@ -353,8 +353,7 @@ def answers_texts(request: Request, places: Places, root: Path) -> dict[Path, st
         blind_path: f'"""Red team, {places.part}: wrong answers and correct alternatives written from the release '
                     'notebooks only."""\n\nfrom __future__ import annotations\n',
         clauses_path: f'"""Witnesses for trainsys.grading.{request.check}: wrong answers, each breaking one clause '
-                      'of its lesson\'s contract."""\n\nfrom __future__ import annotations\n\n'
-                      "from tests.answers.clauses import existing\n",
+                      'of its lesson\'s contract."""\n\nfrom __future__ import annotations\n',
     }
     out = {path: path.read_text() if path.is_file() else heads[path] for path in heads}
     out[developer_path] = _add_to_dict(out[developer_path], "MUTANTS", f'"{f}": [  # {t}: at least two '
@@ -364,7 +363,7 @@ def answers_texts(request: Request, places: Places, root: Path) -> dict[Path, st
     out[blind_path] = _add_to_dict(out[blind_path], "ALTERNATIVES", f'"{f}": [  # {t}: at least two right '
                                    "answers, written differently from the reference\n    ]")
     out[clauses_path] = _add_to_dict(out[clauses_path], "WITNESSES", (
-        f'"{f}": {{  # {t}: per clause of CLAUSES, wrong answers that break it (or existing(…) of a mutant)\n'
+        f'"{f}": {{  # {t}: per clause of CLAUSES, wrong answers breaking it, or tests.answers.existing(…) of a mutant\n'
         '        "failure modes": [],\n        "metric that proves it correct": [],\n    }'))
     return out
 
