@@ -74,11 +74,20 @@ def test_no_placeholder_without_a_lesson() -> None:
 
 
 # --- a copy of the course ----------------------------------------------------------------------------------------
+SKIP = shutil.ignore_patterns(".git", ".venv", "_build", "node_modules", "vendor", "__pycache__", ".pytest_cache",
+                              "*.db", "submitted", "autograded", "feedback", "reports")
+"""What a copy leaves out when the repository is not a git checkout (build outputs, caches, a class's files)."""
+
+
 def _copy(target: Path) -> Path:
-    """The working tree's tracked and not-ignored files (as they are now) under ``target``."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
+    """The working tree's tracked and not-ignored files (as they are now) under ``target``; outside a git checkout,
+    the tree without :data:`SKIP`."""
+    listing = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True)
+    if listing.returncode != 0:
+        shutil.copytree(ROOT, target, ignore=SKIP, dirs_exist_ok=True)
+        return target
+    for name in filter(None, listing.stdout.decode().split("\0")):
         source = ROOT / name
         if source.is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
