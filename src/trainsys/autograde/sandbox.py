@@ -52,6 +52,7 @@ from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
 
+from trainsys.autograde.launch import QUIET
 from trainsys.autograde.procfs import process_tree, proportional_size
 
 ENV_VAR = "TRAINSYS_SANDBOX"  # JSON of SandboxConfig, or "off"; set by the grading command for nbgrader
@@ -194,7 +195,7 @@ def wrap(command: list[str], config: SandboxConfig, *, rw: tuple[str, ...] = (),
     for folder in rw:
         args += _parents(folder, made) + ["--bind", folder, folder]
     inner_env = {"HOME": "/home/student", "USER": "student", "LOGNAME": "student", "PATH": "/usr/bin:/bin",
-                 "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore", "PYTHONDONTWRITEBYTECODE": "1",
+                 "LANG": "C.UTF-8", **QUIET, "PYTHONDONTWRITEBYTECODE": "1",
                  "MPLCONFIGDIR": "/tmp/matplotlib", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
                  "MKL_NUM_THREADS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1", **(env or {})}
     for key, value in inner_env.items():
