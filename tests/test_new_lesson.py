@@ -23,7 +23,7 @@ import nbformat
 import pytest
 
 from tests.lesson_index import lessons
-from tests.new_lesson import PLACEHOLDER, Request, ScaffoldError, scaffold, todo
+from tests.new_lesson import PLACEHOLDER, Request, ScaffoldError, plan, scaffold, todo
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY, FUNCTION, FOLDER = "m2p7.31", "rounds_for_steps", "m2p7-evaluation-communication"
@@ -431,3 +431,38 @@ def test_a_throwaway_lesson_from_make_new_lesson_to_passing_tests(tmp_path: Path
 
 def _text(path: Path) -> str:
     return path.read_text() if path.is_file() else ""
+
+
+def _shape(nb: dict) -> tuple[list[str], list[tuple]]:
+    """A notebook's anatomy up to its Checkpoint heading — each cell's kind (a markdown cell by its ``## `` heading,
+    a graded cell by its role) — and its graded cells' metadata without the grade id, with their tags."""
+    kinds, graded = [], []
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        meta = cell["metadata"].get("nbgrader")
+        if cell["cell_type"] == "markdown":
+            heading = re.search(r"^## (.+)$", text, re.M)
+            kinds.append(heading[1] if heading else "prose")
+        elif meta:
+            role = "answer" if meta.get("solution") else "hidden" if "### BEGIN HIDDEN TESTS" in text else \
+                "visible" if meta.get("grade") else meta["grade_id"]
+            kinds.append(role)
+            graded.append((role, sorted((k, v) for k, v in meta.items() if k != "grade_id"),
+                           cell["metadata"].get("tags", [])))
+        else:
+            kinds.append("code")
+        if kinds[-1] == "Checkpoint":
+            break
+    return kinds, graded
+
+
+def test_the_scaffold_has_the_shape_every_lesson_has() -> None:
+    """Cell order up to the Checkpoint, nbgrader metadata and tags of the graded cells: the scaffold's notebook is
+    built like each of the course's lessons (nothing is written: the texts are planned only)."""
+    import json
+
+    _, files = plan(REQUEST)
+    scaffold_shape = _shape(json.loads(files[ROOT / "solutions" / FOLDER / f"31_{FUNCTION}.ipynb"]))
+    different = [key for key, lesson in LESSONS.items()
+                 if _shape(json.loads((ROOT / lesson.source).read_text())) != scaffold_shape]
+    assert not different, f"lessons built otherwise than make new-lesson builds them: {different}"
