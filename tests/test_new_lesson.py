@@ -26,12 +26,14 @@ from tests.lesson_index import lessons
 from tests.new_lesson import PLACEHOLDER, Request, ScaffoldError, plan, scaffold, todo
 
 ROOT = Path(__file__).resolve().parents[1]
-KEY, FUNCTION, FOLDER = "m2p7.31", "rounds_for_steps", "m2p7-evaluation-communication"
+FUNCTION, FOLDER = "rounds_for_steps", "m2p7-evaluation-communication"
+NN = f"{max(int(key[-2:]) for key in lessons() if key.startswith('m2p')) + 1:02d}"  # after Module 2's last lesson
+KEY = f"m2p7.{NN}"  # m2p7.31 while the course has 30 lessons in Module 2 (Part 7 is its last part)
 REQUEST = Request(KEY, FUNCTION, "total_steps, inner_steps", "trainsys.diloco.evaluation", "diloco_loop",
                   "Rounds for a step budget")
 PLACE = re.compile(r"`((?:src|tests|solutions|notebooks)/[^`\s…]+|_toc\.yml)`")  # as test_lesson_index reads them
 FILL = {"<reference>": "diloco/evaluation", "<checks>": "diloco_loop", "<mutants>": "m2_evaluation", "<mp>": "m2p7",
-        "<part>": FOLDER, "<NN>": "31", "<function>": FUNCTION, "<tests>": f"m2p7_{FUNCTION}"}
+        "<part>": FOLDER, "<NN>": NN, "<function>": FUNCTION, "<tests>": f"m2p7_{FUNCTION}"}
 LESSON_TESTS = ("tests/test_m2p7_rounds_for_steps.py", "tests/test_answers.py", "tests/test_lesson_index.py",
                 "tests/test_lessons.py", "tests/test_new_lesson.py", "tests/test_notation.py", "tests/test_alt_text.py")
 """The test files that hold a lesson's tests (besides nbval); the copy runs those of them that exist."""
@@ -116,7 +118,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(("change", "argument", "given"), [
     ({"key": "m2p7.30"}, "key", "m2p7.30 is solutions/m2p7-evaluation-communication/30_communication_savings"),
     ({"key": "m2p7.5"}, "key", "m<module>p<part>.<NN>"),
-    ({"key": "m2p9.31"}, "key", "a key in an existing part"),
+    ({"key": "m2p9.01"}, "key", "a key in an existing part"),
     ({"key": "m2p5.31"}, "key", "none is free: m2p5 ends at 24 and the next part starts at 25"),
     ({"key": "m2p7.27"}, "key", "27 is m2p6.27"),
     ({"function": "communication_savings"}, "function", "graded by m2p7.30"),
@@ -298,20 +300,20 @@ import pytest
 from trainsys.diloco.evaluation import {FUNCTION}
 
 
-def test_m2_31_rounds_for_steps_counts_the_rounds_a_budget_takes() -> None:
+def test_m2_{NN}_rounds_for_steps_counts_the_rounds_a_budget_takes() -> None:
     for total in range(1, 60):
         for inner in range(1, 25):
             rounds = [min(inner, total - start) for start in range(0, total, inner)]  # each round's steps
             assert {FUNCTION}(total, inner) == len(rounds) and sum(rounds) == total
 
 
-def test_m2_31_rounds_for_steps_refuses_counts_below_one() -> None:
+def test_m2_{NN}_rounds_for_steps_refuses_counts_below_one() -> None:
     with pytest.raises(ValueError, match="inner_steps"):
         {FUNCTION}(10, 0)
     with pytest.raises(TypeError, match="total_steps"):
         {FUNCTION}(True, 3)
 ''')
-    _author_notebook(course / "solutions" / FOLDER / f"31_{FUNCTION}.ipynb", t)
+    _author_notebook(course / "solutions" / FOLDER / f"{NN}_{FUNCTION}.ipynb", t)
 
 
 NOTEBOOK = {  # cell index → what the author writes there (0: the title cell, 9: the hidden tests, kept)
@@ -408,7 +410,7 @@ def test_a_throwaway_lesson_from_make_new_lesson_to_passing_tests(tmp_path: Path
     assert expected <= failed, (sorted(failed), report[-4000:])
     assert f"lesson {KEY} still waits for its author" in report and "src/trainsys/diloco/evaluation.py" in report
     stub = _run(course, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval-lax",
-                f"solutions/{FOLDER}/31_{FUNCTION}.ipynb")
+                f"solutions/{FOLDER}/{NN}_{FUNCTION}.ipynb")
     assert stub.returncode == 1, stub.stdout[-3000:]
     assert f"the visible tests of {FUNCTION} are not written yet" in stub.stdout, stub.stdout[-3000:]
 
@@ -423,7 +425,7 @@ def test_a_throwaway_lesson_from_make_new_lesson_to_passing_tests(tmp_path: Path
     assert re.search(r"(\d+) passed", after.stdout) and " failed" not in after.stdout, after.stdout[-2000:]
     course_wide = [test for test in COURSE_WIDE if f"def {test.split('::')[1]}(" in _text(course / test.split("::")[0])]
     executed = _run(course, "-m", "pytest", "-p", "no:cacheprovider", "-q", *course_wide, "--nbval-lax",
-                    f"solutions/{FOLDER}/31_{FUNCTION}.ipynb")
+                    f"solutions/{FOLDER}/{NN}_{FUNCTION}.ipynb")
     assert executed.returncode == 0, executed.stdout[-3000:]
     passed = re.search(r"(\d+) passed", executed.stdout)
     assert passed and int(passed[1]) > len(course_wide), f"the notebook's cells did not run: {executed.stdout[-500:]}"
@@ -462,7 +464,7 @@ def test_the_scaffold_has_the_shape_every_lesson_has() -> None:
     import json
 
     _, files = plan(REQUEST)
-    scaffold_shape = _shape(json.loads(files[ROOT / "solutions" / FOLDER / f"31_{FUNCTION}.ipynb"]))
+    scaffold_shape = _shape(json.loads(files[ROOT / "solutions" / FOLDER / f"{NN}_{FUNCTION}.ipynb"]))
     different = [key for key, lesson in LESSONS.items()
                  if _shape(json.loads((ROOT / lesson.source).read_text())) != scaffold_shape]
     assert not different, f"lessons built otherwise than make new-lesson builds them: {different}"
