@@ -6,7 +6,8 @@ answer passes. Per graded function: the reference passes; every clause of the le
 witnessed, and each declared case is where some witness fails; enough answers of each kind. A record's check
 runs at most once per session: its outcome is cached, and the per-record and per-function tests read the cache,
 so ``pytest -m m2p5`` or ``-k`` runs only what it selects and nothing runs twice. ``OPEN`` records are strict
-expected failures. The last test runs what was not selected yet and counts the calls.
+expected failures. The last test runs what was not selected yet and counts the calls. The cache lives in one
+process: under pytest-xdist this file stays on one worker (``--dist loadfile``, as ``make test`` runs it).
 """
 
 from __future__ import annotations
