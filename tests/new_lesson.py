@@ -11,7 +11,10 @@ writes, for lesson ``<mp>.<NN>`` of part folder ``<part>`` grading ``<function>`
    that module's ``__all__``, with an entry in its ``CLAUSES`` for the clauses the notebook's Concepts states;
    exported by ``src/trainsys/grading/__init__.py`` (its imports, or ``_LAZY`` for a lazily loaded module, and
    ``__all__``);
-3. the answers module ``tests/answers/<mp>_<function>.py`` (see ``tests/answers/__init__.py``);
+3. an empty, placeholder-marked entry for ``<function>`` in each of the answer registry's three modules
+   (``tests/answers/__init__.py``): ``developer/<mutants>.py`` (the module whose ``REFERENCE`` is the reference
+   module, or a new ``<mp>_<module>.py``), ``blind/<mp>.py`` (``MUTANTS`` and ``ALTERNATIVES``) and
+   ``clauses/<checks>.py`` (``WITNESSES``);
 4. the reference's tests ``tests/test_<mp>_<function>.py``;
 5. the source notebook ``solutions/<part>/<NN>_<function>.ipynb`` built with :mod:`trainsys.notebook`'s cell
    builders: title and header, the ``setup`` cell, the seven sections, the answer cell, the visible and hidden
@@ -79,7 +82,6 @@ class Places:
     reference: Path
     check: Path
     grading_init: Path
-    answers: Path
     tests: Path
     toc: Path
 
@@ -193,10 +195,8 @@ def validate(request: Request, root: Path = ROOT) -> Places:
         notebook=root / "solutions" / folder / f"{number:02d}_{function}.ipynb",
         release=root / "notebooks" / folder / f"{number:02d}_{function}.ipynb",
         reference=reference, check=grading / f"{request.check}.py", grading_init=grading / "__init__.py",
-        answers=root / "tests" / "answers" / f"{part}_{function}.py",
         tests=root / "tests" / f"test_{part}_{function}.py", toc=root / "_toc.yml")
-    for argument, path in (("key", places.notebook), ("key", places.release), ("function", places.answers),
-                           ("function", places.tests)):
+    for argument, path in (("key", places.notebook), ("key", places.release), ("function", places.tests)):
         if path.exists():
             raise _fail(argument, f"a lesson whose files do not exist yet ({path.relative_to(root)} does)",
                         getattr(request, argument))
