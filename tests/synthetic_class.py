@@ -1,27 +1,43 @@
 """A synthetic class of 30+ submissions with known expected scores per cell, for the grading tests.
 
-Built on three quick lessons of Part 1 (linear_forward, relu_forward, relu_backward). Students:
-the full solutions, the untouched release, one student per mutant, and hostile or broken submissions
-aimed at the relu_forward notebook (the other two notebooks are solved, and must keep their points).
+Built on quick lessons of Part 1: ``LESSONS`` (linear_forward, relu_forward, relu_backward) for ``make bench``,
+``CLASS_LESSONS`` (the first two) for the class test (tests/test_autograde_class.py), where every notebook a
+student submits costs a sandboxed kernel and a re-check: two notebooks per student keep what the third proved
+(a hostile notebook costs only its own points; the other notebook keeps its points). Students: the full
+solutions, the untouched release, one student per mutant of the graded functions, honest submissions a careless
+grader gets wrong, and hostile or broken submissions aimed at the relu_forward notebook (the others solved).
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import os
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
 from tests.answers.developer import m1p1_mlp
-from trainsys.course import REPO, answer_sources, run_nbgrader, submit
+from trainsys.course import BIN, REPO, answer_sources, run_nbgrader, submit
 
 ASSIGNMENT = "m1p1-mlp-core"
 LESSONS = {"03_linear_forward": "linear_forward", "04_relu_forward": "relu_forward",
            "08_relu_backward": "relu_backward"}
+CLASS_LESSONS = {stem: LESSONS[stem] for stem in ("03_linear_forward", "04_relu_forward")}
 TARGET = "04_relu_forward"  # the notebook hostile students attack
+# A correct relu_forward written otherwise than the reference (copy, then zero the negatives; NaN and -0.0 are
+# not < 0, so they stay): an honest alternative must earn full marks.
+ALTERNATIVE_RELU = """def relu_forward(Z):
+    if not isinstance(Z, np.ndarray) or Z.dtype.kind != "f":
+        raise TypeError(f"relu_forward: Z must be a floating-point numpy array, got {type(Z).__name__} "
+                        f"of dtype {getattr(Z, 'dtype', None)}")
+    A = Z.copy()
+    A[Z < 0] = 0
+    return A
+"""
 
 
 @dataclass
@@ -33,10 +49,31 @@ class Student:
     flags: list[str] = field(default_factory=list)  # substrings expected among the summary's flags
 
 
-def make_course(root: Path) -> Path:
-    """A course directory holding the three lessons, their release and an empty gradebook."""
+# --timeout: seconds a cell may run while grading. Not made smaller: the re-check's limit is max(10, 2 x timeout)
+# (trainsys.autograde.options.Options.verify_timeout), so below 5 s only the kernels' waits on the two looping
+# students would shrink (a few seconds), while a loaded machine's first import cell would risk an honest time-out.
+TIMEOUT = "5"
+
+
+def grade(course: Path, *extra: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
+    """Grade ``course`` by the real command, 2 jobs; ``wait=False``: return the running process (its own
+    session, so that a test can kill its whole process group), else the finished run (asserted exit 0)."""
+    command = [str(BIN / "python"), "-m", "trainsys.autograde", "--course", str(course), "--jobs", "2",
+               "--timeout", TIMEOUT, "--memory-limit-mb", "4096", *extra]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if not wait:
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def make_course(root: Path, lessons: dict[str, str] = LESSONS) -> Path:
+    """A course directory holding ``lessons`` (notebook stem -> graded function), their release and an empty
+    gradebook."""
     (root / "solutions" / ASSIGNMENT).mkdir(parents=True)
-    for stem in LESSONS:
+    for stem in lessons:
         shutil.copy(REPO / "solutions" / ASSIGNMENT / f"{stem}.ipynb", root / "solutions" / ASSIGNMENT)
     run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force")
     return root
@@ -60,17 +97,6 @@ def _visible_passes(stem: str, answer: str) -> bool:
     return True
 
 
-def _solved(**overrides: str | None) -> dict[str, str | None]:
-    answers: dict[str, str | None] = {stem: _solution(stem) for stem in LESSONS}
-    answers.update(overrides)
-    return answers
-
-
-FULL = {stem: (2.0, 3.0) for stem in LESSONS}
-
-
-def _target(visible: float, hidden: float) -> dict[str, tuple[float, float]]:
-    return {**FULL, TARGET: (visible, hidden)}
 
 
 def _mutant_source(stem: str, description: str) -> str:
@@ -90,16 +116,29 @@ def _mutant_source(stem: str, description: str) -> str:
             + f"\n{function} = dict(MUTANTS[{function!r}])[{description!r}]\n")
 
 
-def students() -> list[Student]:
+def students(lessons: dict[str, str] = LESSONS) -> list[Student]:
+    """The roster for a course of ``lessons`` (which must hold ``TARGET``): 33 students with ``LESSONS``, 30 with
+    ``CLASS_LESSONS`` (one per mutant of each graded function)."""
+    if TARGET not in lessons:
+        raise ValueError(f"students: lessons must include the target notebook {TARGET!r}, got {sorted(lessons)}")
+    full = {stem: (2.0, 3.0) for stem in lessons}
+    other = [stem for stem in lessons if stem != TARGET][-1]  # the notebook "partial" leaves blank
+
+    def _solved(**overrides: str | None) -> dict[str, str | None]:
+        return {**{stem: _solution(stem) for stem in lessons}, **overrides}
+
+    def _target(visible: float, hidden: float) -> dict[str, tuple[float, float]]:
+        return {**full, TARGET: (visible, hidden)}
+
     relu = _solution(TARGET)
     wrong_relu = relu + "\n_correct = relu_forward\n\ndef relu_forward(Z):\n    return _correct(Z) * 1.01\n"
     float64_only_wrong = relu + (
         "\n_correct = relu_forward\n\ndef relu_forward(Z):\n"
         "    return _correct(Z) if Z.dtype != np.float64 else -_correct(Z)\n")
     roster = [
-        Student("solved", _solved(), FULL),
-        Student("blank", {stem: None for stem in LESSONS}, {stem: (0.0, 0.0) for stem in LESSONS}),
-        Student("partial", _solved(**{"08_relu_backward": None}), {**FULL, "08_relu_backward": (0.0, 0.0)}),
+        Student("solved", _solved(), full),
+        Student("blank", {stem: None for stem in lessons}, {stem: (0.0, 0.0) for stem in lessons}),
+        Student("partial", _solved(**{other: None}), {**full, other: (0.0, 0.0)}),
         Student("loop_in_function", _solved(**{TARGET: "def relu_forward(Z):\n    while True:\n        pass\n"}),
                 _target(0, 0)),
         Student("loop_top_level", _solved(**{TARGET: "while True:\n    pass\n"}), _target(0, 0)),
@@ -118,26 +157,30 @@ def students() -> list[Student]:
                 _target(0, 0), flags=["replaced trainsys.grading.check_relu_forward"]),
         Student("import_reference", _solved(**{TARGET: "from trainsys.memtrain.mlp import relu_forward\n"}),
                 _target(0, 0), flags=["reference implementation"]),  # withheld while grading: fails, flagged
-        Student("edit_locked_cell", _solved(), FULL, edit="edit_visible"),
-        Student("delete_locked_cells", _solved(), FULL, edit="delete_tests"),
+        Student("edit_locked_cell", _solved(), full, edit="edit_visible"),
+        Student("delete_locked_cells", _solved(), full, edit="delete_tests"),
         Student("missing_notebook", _solved(), _target(0, 0), edit="remove"),
         Student("corrupt_json", _solved(), _target(0, 0), edit="corrupt", flags=["unreadable notebook"]),
-        Student("duplicate_cell_ids", _solved(), FULL, edit="duplicate_ids", flags=["duplicated cell id"]),
+        Student("duplicate_cell_ids", _solved(), full, edit="duplicate_ids", flags=["duplicated cell id"]),
         Student("warnings_on_stderr", _solved(**{TARGET: "import warnings\n" + relu.replace(
             "def relu_forward(Z):", "def relu_forward(Z):\n    warnings.warn('slow path', UserWarning)\n"
-            "    np.log(np.zeros(1))  # RuntimeWarning: divide by zero", 1)}), FULL),
+            "    np.log(np.zeros(1))  # RuntimeWarning: divide by zero", 1)}), full),
         Student("syntax_error", _solved(**{TARGET: "def relu_forward(Z)\n    return Z\n"}), _target(0, 0)),
-        Student("error_after_definition", _solved(**{TARGET: relu + "\nraise RuntimeError('left over')\n"}), FULL),
+        Student("error_after_definition", _solved(**{TARGET: relu + "\nraise RuntimeError('left over')\n"}), full),
         Student("helper_in_extra_cell", _solved(**{TARGET: "def relu_forward(Z):\n    return _relu_helper(Z)\n"}),
-                FULL, edit="helper_cell"),
-        Student("huge_output", _solved(**{TARGET: relu + "\nfor i in range(20000):\n    print(i)\n"}), FULL),
+                full, edit="helper_cell"),
+        Student("huge_output", _solved(**{TARGET: relu + "\nfor i in range(20000):\n    print(i)\n"}), full),
+        Student("alternative_solution", _solved(**{TARGET: ALTERNATIVE_RELU}), full),
+        Student("scratch_files", _solved(), full, edit="scratch_files",
+                flags=["skipped scratch.ipynb (not a notebook of this assignment)"]),
+        Student("old_jupyter", _solved(), full, edit="nbformat_4_4", flags=["upgraded from nbformat 4.4 to 4.5"]),
     ]
-    for stem, function in LESSONS.items():
+    for stem, function in lessons.items():
         for index, (description, _) in enumerate(m1p1_mlp.MUTANTS[function]):
             answer = _mutant_source(stem, description)
             visible = 2.0 if _visible_passes(stem, answer) else 0.0
             roster.append(Student(f"mutant_{function}_{index}", _solved(**{stem: answer}),
-                                  {**FULL, stem: (visible, 0.0)}))
+                                  {**full, stem: (visible, 0.0)}))
     return roster
 
 
@@ -147,6 +190,10 @@ def _edit(path: Path, how: str) -> None:
         return
     if how == "corrupt":
         path.write_text(path.read_text()[: len(path.read_text()) // 2])
+        return
+    if how == "scratch_files":  # a scratch copy of the notebook and notes beside the submission
+        shutil.copy(path, path.with_name("scratch.ipynb"))
+        path.with_name("notes.txt").write_text("try np.maximum next time\n")
         return
     nb = json.loads(path.read_text())
     graded = [c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
@@ -159,6 +206,10 @@ def _edit(path: Path, how: str) -> None:
         nb["cells"].insert(answer, {"cell_type": "code", "id": "my-helper", "metadata": {}, "outputs": [],
                                     "execution_count": None, "source": _solution(TARGET).replace(
                                         "def relu_forward(", "def _relu_helper(")})
+    elif how == "nbformat_4_4":  # saved by an older Jupyter: format 4.4, no cell ids
+        nb["nbformat_minor"] = 4
+        for cell in nb["cells"]:
+            cell.pop("id", None)
     elif how == "duplicate_ids":
         nb["cells"][1]["id"] = nb["cells"][0]["id"]
         nb["cells"][3]["id"] = nb["cells"][0]["id"]

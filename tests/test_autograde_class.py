@@ -1,49 +1,61 @@
 """Grading a synthetic class end to end: every expected score, hostile cases, feedback, kill and resume.
 
-The class (tests/synthetic_class.py) is graded once by the real command, ``python -m trainsys.autograde``
-(which also exports grades and writes feedback); a smaller class is killed mid-run, resumed, and
-compared with an uninterrupted grading of the same submissions.
+The class (tests/synthetic_class.py: 30 students, two notebooks each) is graded by the real command,
+``python -m trainsys.autograde`` (which also exports grades and writes feedback), killed with SIGKILL once
+two students are graded, and resumed by the same command. Every assertion below reads the resumed grading:
+the class's known score for every cell is also the proof that the kill lost no grade and duplicated none
+(a stronger reference than a second, uninterrupted grading, which could be wrong the same way). Three of
+its students are then graded again, with ``--force``, in a copy of the course: the scores must not change.
+The command's arguments and ``--no-sandbox`` are tested in tests/test_autograde_command.py.
 """
 
 from __future__ import annotations
 
 import csv
 import os
+import shutil
 import signal
-import subprocess
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.synthetic_class import ASSIGNMENT, LESSONS, make_course, students, submit_class
+from tests.synthetic_class import ASSIGNMENT, CLASS_LESSONS, Student, grade, make_course, students, submit_class
 from trainsys.autograde.runner import MARKER, load_result, plan
-from trainsys.course import BIN, nbgrader_env
+from trainsys.course import nbgrader_env
 
 pytestmark = pytest.mark.slow
-TIMEOUT = "5"
+KILL_AFTER = 2  # students graded (completion marks written) when the first run is killed
+AGAIN = ("partial", "patch_grading", "syntax_error")  # graded twice: full and zero notebooks, flagged, broken
 
 
-def _grade(course: Path, *extra: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
-    command = [str(BIN / "python"), "-m", "trainsys.autograde", "--course", str(course), "--jobs", "2",
-               "--timeout", TIMEOUT, "--memory-limit-mb", "4096", *extra]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    if not wait:
-        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
+@dataclass
+class Graded:
+    course: Path
+    roster: list[Student]
+    stdout: str  # the resumed run's
+    done_before: int  # students whose completion mark the killed run had written
+
+
+def _marks(course: Path) -> int:
+    return len(list((course / "autograded").rglob(MARKER)))
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory):
-    course = make_course(tmp_path_factory.mktemp("class"))
-    roster = students()
+def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
+    course = make_course(tmp_path_factory.mktemp("class"), CLASS_LESSONS)
+    roster = students(CLASS_LESSONS)
     submit_class(course, roster)
-    run = _grade(course)
-    return course, roster, run.stdout
+    process = grade(course, wait=False)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and process.poll() is None and _marks(course) < KILL_AFTER:
+        time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGKILL)  # the grader, nbgrader, the re-checks and the sandboxes it started
+    process.wait()
+    done_before = _marks(course)
+    run = grade(course)  # the same command again: it grades what the kill left, then exports and writes feedback
+    return Graded(course, roster, run.stdout, done_before)
 
 
 def _cell_scores(course: Path) -> dict[tuple[str, str, str], float]:
@@ -57,41 +69,72 @@ def _cell_scores(course: Path) -> dict[tuple[str, str, str], float]:
             except Exception:  # noqa: BLE001
                 continue
             for notebook in submission.notebooks:
-                for grade in notebook.grades:
-                    scores[(student.id, notebook.name, grade.name)] = float(grade.score or 0)
+                for grade_ in notebook.grades:
+                    scores[(student.id, notebook.name, grade_.name)] = float(grade_.score or 0)
     return scores
 
 
-def test_the_class_has_at_least_30_submissions(graded) -> None:
-    _, roster, _ = graded
-    assert len(roster) >= 30
+def _expected_cells(student: Student) -> dict[tuple[str, str, str], float]:
+    cells = {}
+    for stem, (visible, hidden) in student.expected.items():
+        function = CLASS_LESSONS[stem]
+        cells[(student.name, stem, f"test_{function}_visible")] = visible
+        cells[(student.name, stem, f"test_{function}_hidden")] = hidden
+    return cells
 
 
-def test_every_cell_gets_its_expected_score(graded) -> None:
-    course, roster, _ = graded
-    scores = _cell_scores(course)
-    wrong = []
-    for student in roster:
-        for stem, (visible, hidden) in student.expected.items():
-            function = LESSONS[stem]
-            for grade_id, want in ((f"test_{function}_visible", visible), (f"test_{function}_hidden", hidden)):
-                got = scores.get((student.name, stem, grade_id), 0.0)
-                if got != want:
-                    wrong.append(f"{student.name} {stem} {grade_id}: got {got}, expected {want}")
+def test_the_class_has_at_least_30_submissions(graded: Graded) -> None:
+    assert len(graded.roster) >= 30  # issue 7: "a synthetic class of at least 30 submissions"
+
+
+def test_every_cell_gets_its_expected_score(graded: Graded) -> None:
+    scores = _cell_scores(graded.course)
+    wrong = [f"{name} {stem} {grade_id}: got {scores.get((name, stem, grade_id))}, expected {want}"
+             for student in graded.roster for (name, stem, grade_id), want in _expected_cells(student).items()
+             if scores.get((name, stem, grade_id)) != want]
     assert not wrong, "\n".join(wrong)
 
 
-def test_hostile_cases_are_flagged_for_the_instructor(graded) -> None:
-    course, roster, stdout = graded
+def test_killed_grading_resumes_without_losing_or_duplicating(graded: Graded) -> None:
+    from nbgrader.api import Gradebook
+
+    course, roster = graded.course, graded.roster
+    assert KILL_AFTER <= graded.done_before < len(roster), f"the kill came at {graded.done_before} of {len(roster)} jobs"
+    assert _marks(course) == len(plan(course)) == len(roster)
+    with Gradebook(nbgrader_env(course)["NBGRADER_DB_URL"]) as gb:
+        assert len(gb.assignment_submissions(ASSIGNMENT)) == len(roster)
+    # every student holds exactly the lessons' graded cells, no more and no fewer (their values: the test above)
+    scores = _cell_scores(course)
     for student in roster:
-        flags = " | ".join(load_result(course, student.name, ASSIGNMENT).flags)
+        assert {k for k in scores if k[0] == student.name} == set(_expected_cells(student)), student.name
+
+
+def test_grading_the_same_submissions_again_gives_identical_scores(graded: Graded, tmp_path: Path) -> None:
+    """A copy of the graded course (its gradebook with the first grades) holding three of the submissions,
+    regraded with --force: each is cleared and graded afresh, to the same scores."""
+    again = tmp_path / "again"
+    for name in ("solutions", "notebooks"):
+        shutil.copytree(graded.course / name, again / name)
+    shutil.copy(graded.course / "gradebook.db", again / "gradebook.db")
+    for name in AGAIN:
+        shutil.copytree(graded.course / "submitted" / name, again / "submitted" / name)
+    grade(again, "--no-feedback", "--force")
+    assert _marks(again) == len(AGAIN)
+    first = {key: score for key, score in _cell_scores(graded.course).items() if key[0] in AGAIN}
+    assert {key: score for key, score in _cell_scores(again).items() if key[0] in AGAIN} == first, \
+        "grading the same submissions twice changed a score"
+
+
+def test_hostile_cases_are_flagged_for_the_instructor(graded: Graded) -> None:
+    for student in graded.roster:
+        flags = " | ".join(load_result(graded.course, student.name, ASSIGNMENT).flags)
         for expected in student.flags:
             assert expected in flags, f"{student.name}: expected a flag containing {expected!r}, got {flags!r}"
-    assert (course / "submitted" / "corrupt_json" / ASSIGNMENT / "04_relu_forward.ipynb").is_file()  # left as it was
+    assert (graded.course / "submitted" / "corrupt_json" / ASSIGNMENT / "04_relu_forward.ipynb").is_file()  # as it was
 
 
-def test_summary_and_grades_are_exported(graded) -> None:
-    course, roster, stdout = graded
+def test_summary_and_grades_are_exported(graded: Graded) -> None:
+    course, roster = graded.course, graded.roster
     with (course / "reports" / "summary.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert {row["student"] for row in rows} == {s.name for s in roster}
@@ -99,62 +142,16 @@ def test_summary_and_grades_are_exported(graded) -> None:
         exported = {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}
     for row in rows:
         assert exported[row["student"]] == float(row["score"])
-    assert "solved" in stdout and "15.0 / 15" in stdout
+    full = sum(map(sum, next(s for s in roster if s.name == "solved").expected.values()))
+    assert "solved" in graded.stdout and f"{full:.1f} / {full:.0f}" in graded.stdout
 
 
-def test_feedback_shows_the_failure_but_not_the_hidden_code(graded) -> None:
-    course, _, _ = graded
-    pages = list((course / "feedback").rglob("*.html"))
+def test_feedback_shows_the_failure_but_not_the_hidden_code(graded: Graded) -> None:
+    pages = list((graded.course / "feedback").rglob("*.html"))
     assert pages, "no feedback was written"
     for page in pages:
         html = page.read_text()
         for secret in ("BEGIN HIDDEN TESTS", "from trainsys.grading import", "check_relu_forward(relu_forward)"):
             assert secret not in html, f"{page}: feedback shows {secret!r}"
-    mutant = (course / "feedback" / "mutant_relu_forward_1" / ASSIGNMENT / "04_relu_forward.html").read_text()
-    assert "differs from the reference" in mutant, "the failing check's message should reach the student"
-
-
-def test_killed_grading_resumes_without_losing_or_duplicating(graded, tmp_path: Path) -> None:
-    from nbgrader.api import Gradebook
-
-    course, _, _ = graded  # the whole class, graded without interruption: the reference scores
-    names = {"solved", "blank", "partial", "patch_grading", "syntax_error"}  # full, zero, mixed, flagged, broken
-    roster = [s for s in students() if s.name in names]
-    interrupted = make_course(tmp_path / "interrupted")
-    submit_class(interrupted, roster)
-    process = _grade(interrupted, "--no-feedback", wait=False)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and len(list(interrupted.rglob(MARKER))) < 2:
-        time.sleep(0.5)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    done_before = len(list(interrupted.rglob(MARKER)))
-    assert 2 <= done_before < len(roster), f"the kill came at {done_before} of {len(roster)} jobs"
-    _grade(interrupted, "--no-feedback")
-    assert len(list(interrupted.rglob(MARKER))) == len(plan(interrupted))
-    reference = {key: score for key, score in _cell_scores(course).items() if key[0] in names}
-    assert _cell_scores(interrupted) == reference, "resumed grading differs from an uninterrupted one"
-    with Gradebook(nbgrader_env(interrupted)["NBGRADER_DB_URL"]) as gb:
-        assert len(gb.assignment_submissions(ASSIGNMENT)) == len(roster)
-    _grade(interrupted, "--no-feedback", "--force")
-    assert _cell_scores(interrupted) == reference, "grading the same class twice changed a score"
-
-
-def test_bad_arguments_are_refused_with_a_clear_message(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "trainsys.autograde", "--course", str(tmp_path), "--jobs", "0"],
-                         capture_output=True, text=True)
-    assert run.returncode == 2 and "--jobs must be at least 1, got 0" in run.stderr
-    run = subprocess.run([sys.executable, "-m", "trainsys.autograde", "--course", str(tmp_path)],
-                         capture_output=True, text=True)
-    assert run.returncode == 2 and "has no submitted/ folder" in run.stderr
-
-
-def test_no_sandbox_warns_and_marks_every_grade(tmp_path: Path) -> None:
-    roster = [s for s in students() if s.name == "solved"]
-    course = make_course(tmp_path / "unsandboxed")
-    submit_class(course, roster)
-    run = _grade(course, "--no-feedback", "--no-sandbox")
-    assert "WARNING: --no-sandbox" in run.stderr
-    with (course / "reports" / "summary.csv").open() as handle:
-        rows = list(csv.DictReader(handle))
-    assert [(row["student"], row["sandbox"], float(row["score"])) for row in rows] == [("solved", "unsandboxed", 15.0)]
+    mutant = graded.course / "feedback" / "mutant_relu_forward_1" / ASSIGNMENT / "04_relu_forward.html"
+    assert "differs from the reference" in mutant.read_text(), "the failing check's message should reach the student"
