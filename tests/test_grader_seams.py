@@ -147,3 +147,24 @@ def test_the_sandbox_configuration_crosses_to_a_child_one_way() -> None:
     assert SandboxConfig.from_env({ENV_VAR: SandboxConfig.encode(config)}) == config
     with pytest.raises(TypeError):
         SandboxConfig.decode(json.dumps({"no_such_limit": 1}))
+
+
+def test_the_student_process_defines_no_graded_function() -> None:
+    """The sandbox replaces a lesson's graded function wherever the package defines it (``withheld_view``): if a
+    module the student process runs on defined one, that lesson's student process would lose its own code."""
+    import importlib
+    import subprocess
+    import sys
+
+    import trainsys.grading as grading
+
+    graded = {name.removeprefix("check_") for name in dir(grading) if name.startswith("check_")}
+    probe = "import sys; import trainsys.autograde.student_side; print(' '.join(sorted(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, check=True,
+                            timeout=60).stdout.split()
+    for name in (m for m in loaded if m.startswith("trainsys")):
+        path = Path(importlib.import_module(name).__file__)
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        assert not defined & graded, f"{name} defines graded functions {sorted(defined & graded)}"
+    assert "trainsys.autograde.sandbox" not in loaded  # the student side needs none of the grader's machinery

@@ -191,6 +191,9 @@ def _write_back(args: tuple, kwargs: dict, after: Any) -> None:
 
 
 # --- the student process, seen from the grader ---------------------------------------------------------
+STUDENT_MAIN = "from trainsys.autograde.student_side import student_process_main; student_process_main()"
+
+
 class StudentProcess:
     """The student's code, loaded in a fresh Python process (sandboxed unless ``sandbox`` is ``None``);
     ``function`` is its graded function.
@@ -204,7 +207,7 @@ class StudentProcess:
                  sandbox: SandboxConfig | None = None, memory_limit_bytes: int | None = None) -> None:
         self.timeout = timeout
         self.sandbox = sandbox
-        command = [sys.executable, "-I", "-c", "from trainsys.autograde.student_side import main; main()"]
+        command = [sys.executable, "-I", "-c", STUDENT_MAIN]
         preexec = None
         self.cgroup = None
         self.memory_cap = None

@@ -1,11 +1,13 @@
 """The student process: runs the student's cells, then calls the graded function for the grader.
 
-Started by :class:`~trainsys.autograde.isolation.StudentProcess` as ``python -I -c "… student_side import
-main; main()"``, in the sandbox. :func:`main` reads the cells over stdin, runs them as a kernel would (IPython
-syntax translated, a failing cell does not stop the next, ``get_ipython`` and ``display`` present), reports
-which guarded objects (:data:`GUARDED_MODULES`) the student's code replaced, then serves calls of the graded
-function: it only ever sends data back (:mod:`trainsys.autograde.wire`, the messages of
-:mod:`trainsys.autograde.protocol`), and nothing it sends is trusted by the grader.
+Started by :class:`~trainsys.autograde.isolation.StudentProcess` (``python -I -c "from …student_side import
+student_process_main; student_process_main()"``) in the sandbox, whose view of the package replaces a graded
+function's definitions everywhere: so the entry point bears a name no lesson grades. It reads the cells over
+stdin, runs them as a kernel would (IPython syntax translated, a failing cell does not stop the next,
+``get_ipython`` and ``display`` present), reports which guarded objects (:data:`GUARDED_MODULES`) the
+student's code replaced, then serves calls of the graded function: it only ever sends data back
+(:mod:`trainsys.autograde.wire`, the messages of :mod:`trainsys.autograde.protocol`), and nothing it sends is
+trusted by the grader.
 
 What a call did is sent back with its result: the arguments after the call, their objects from before the
 call marked (:func:`_mark_kept`); parts of the result that are, or view, the arguments as references to them
@@ -168,7 +170,7 @@ def _display(*objects: Any, **kwargs: Any) -> None:  # pragma: no cover - runs i
     return None
 
 
-def main() -> None:  # pragma: no cover - runs in the student process
+def student_process_main() -> None:  # pragma: no cover - runs in the student process
     """Execute the student's cells, then serve calls of the graded function until the channel closes.
 
     Nothing here is trusted by the grader: it only ever reads data from this process.
