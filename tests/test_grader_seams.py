@@ -71,7 +71,8 @@ def nbgrader_launches(text: str, environment: bool = True) -> list[str]:
             continue
         elif isinstance(node, ast.keyword) and node.arg in ENV_NAMES:
             found.append(f"line {line}: sets {node.arg} (launch.nbgrader_env does)")
-        elif isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value in ENV_NAMES for k in node.keys):
+        elif isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value in ENV_NAMES
+                                                for k in node.keys):
             found.append(f"line {line}: sets nbgrader's environment by hand (launch.nbgrader_env does)")
     return found
 
@@ -99,8 +100,8 @@ def test_nbgrader_is_started_only_by_the_launcher() -> None:
     "from trainsys.autograde import launch\nlaunch.run_trusted(course, 'nbgrader', 'export', timeout=9)\n",
     "import os\nenv = dict(os.environ, JUPYTER_CONFIG_PATH='autograder')\n",
     "env = {'NBGRADER_COURSE_ROOT': '/c'}\n",
-], ids=["-m nbgrader", "BIN / nbgrader", "bin/nbgrader", "on PATH", "jupyter nbgrader", "NbGraderAPI", "NbGraderApp", "run_trusted", "env kwarg",
-        "env dict"])
+], ids=["-m nbgrader", "BIN / nbgrader", "bin/nbgrader", "on PATH", "jupyter nbgrader", "NbGraderAPI", "NbGraderApp",
+        "run_trusted", "env kwarg", "env dict"])
 def test_the_check_catches_a_planted_launch(planted: str) -> None:
     assert nbgrader_launches(planted)
 
