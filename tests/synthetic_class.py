@@ -53,13 +53,18 @@ class Student:
 # (trainsys.autograde.options.Options.verify_timeout), so below 5 s only the kernels' waits on the two looping
 # students would shrink (a few seconds), while a loaded machine's first import cell would risk an honest time-out.
 TIMEOUT = "5"
+# --memory-limit-mb: the address space of each sandboxed process. A kernel of these NumPy lessons addresses
+# 168 MiB at its peak (VmPeak after importing numpy, ipykernel and trainsys.grading; torch, which they do not
+# import, would add 0.5 GiB), so 2 GiB leaves a tenfold margin, and memory_bomb's 1 GiB blocks are refused at
+# the second block rather than the fourth: a third of the pages to write, in the kernel and in each re-check.
+MEMORY_LIMIT_MB = "2048"
 
 
 def grade(course: Path, *extra: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
     """Grade ``course`` by the real command, 2 jobs; ``wait=False``: return the running process (its own
     session, so that a test can kill its whole process group), else the finished run (asserted exit 0)."""
     command = [str(BIN / "python"), "-m", "trainsys.autograde", "--course", str(course), "--jobs", "2",
-               "--timeout", TIMEOUT, "--memory-limit-mb", "4096", *extra]
+               "--timeout", TIMEOUT, "--memory-limit-mb", MEMORY_LIMIT_MB, *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if not wait:
         return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
