@@ -4,8 +4,8 @@ The class (tests/hostile_class.py) is graded ONCE by ``python -m trainsys.autogr
 feedback) with a canary in its environment; the assertions below then check, one guarantee at a time,
 that every student got exactly the expected points, that nothing secret reached a feedback page, that the
 grader, the repository, site-packages and the classmates' files are as they were, that no process an
-attack started is alive, and that the feedback pages run and load nothing. A zeroed student who
-resubmits a correct answer is regraded in a small second course.
+attack started is alive, and that the feedback pages run and load nothing. A student zeroed for tampering
+in that run resubmits a correct answer and is regraded, with a classmate, in a copy of the graded course.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -111,7 +112,6 @@ class Graded:
     submitted_before: dict[str, str]
     alive_after: list[str]
     seconds: float
-    resubmit_course: Path
     strays: dict[str, str] = field(default_factory=dict)  # entries of submitted/ that must be skipped, and why
 
 
@@ -119,9 +119,8 @@ class Graded:
 def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     root = tmp_path_factory.mktemp("hostile")
     course = make_course(root / "course")
-    resubmit_course = copy_course(course, root / "resubmit")
     plant_gradebook_canary(course)
-    roster = students()
+    roster = [*students(), resubmitter_first()]  # the tamperer, zeroed here, resubmits in a later test
     submit_class(course, roster)
     strays = plant_strays(course)
     untouched = [s.name for s in roster if s.kind == "honest" and s.edit is None]
@@ -134,7 +133,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     while _marked_processes() and time.monotonic() < deadline:
         time.sleep(0.2)
     return Graded(course, roster, run.stdout + run.stderr, git_before, _git_status(), site_before,
-                  _site_fingerprint(course), submitted_before, _marked_processes(), seconds, resubmit_course, strays)
+                  _site_fingerprint(course), submitted_before, _marked_processes(), seconds, strays)
 
 
 def _cell_scores(course: Path) -> dict[tuple[str, str], float]:
@@ -389,18 +388,18 @@ def test_no_remote_address_in_a_feedback_page(graded: Graded) -> None:
 
 
 # --- 8. honest students ------------------------------------------------------------------------------------------
-def test_a_zeroed_student_who_resubmits_a_correct_answer_gets_full_marks(graded: Graded) -> None:
-    course = graded.resubmit_course
+def test_a_zeroed_student_who_resubmits_a_correct_answer_gets_full_marks(graded: Graded, tmp_path: Path) -> None:
+    """The tamperer's first grading is the class run's; its resubmission is graded with --force in a copy of the
+    graded course (its gradebook and the tamperer's autograded folder: what a regrade in place would find)."""
     tamperer = resubmitter_first()
     classmate = next(s for s in graded.roster if s.name == "honest_solved")
-    submit_class(course, [tamperer, classmate])
-    _grade(course, "--no-feedback")
-    first = _cell_scores(course)
+    first = _cell_scores(graded.course)
     assert (first[(tamperer.name, VISIBLE)], first[(tamperer.name, HIDDEN)]) == (0.0, 0.0)
+    course = copy_course(graded.course, tmp_path / "resubmit")
+    shutil.copytree(graded.course / "autograded" / tamperer.name, course / "autograded" / tamperer.name)
+    submit_student(course, classmate)
 
     corrected = Student(tamperer.name, "honest", solution(), (2.0, 3.0))
-    for path in (course / "submitted" / tamperer.name / ASSIGNMENT).iterdir():
-        path.unlink()
     submit_student(course, corrected)
     _grade(course, "--no-feedback", "--force")
     again = _cell_scores(course)
