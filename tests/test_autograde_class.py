@@ -99,7 +99,8 @@ def test_killed_grading_resumes_without_losing_or_duplicating(graded: Graded) ->
     from nbgrader.api import Gradebook
 
     course, roster = graded.course, graded.roster
-    assert KILL_AFTER <= graded.done_before < len(roster), f"the kill came at {graded.done_before} of {len(roster)} jobs"
+    done = graded.done_before
+    assert KILL_AFTER <= done < len(roster), f"the kill came at {done} of {len(roster)} jobs"
     assert _marks(course) == len(plan(course)) == len(roster)
     with Gradebook(nbgrader_env(course)["NBGRADER_DB_URL"]) as gb:
         assert len(gb.assignment_submissions(ASSIGNMENT)) == len(roster)
