@@ -131,6 +131,9 @@ def test_hostile_cases_are_flagged_for_the_instructor(graded: Graded) -> None:
         flags = " | ".join(load_result(graded.course, student.name, ASSIGNMENT).flags)
         for expected in student.flags:
             assert expected in flags, f"{student.name}: expected a flag containing {expected!r}, got {flags!r}"
+        if not student.name.startswith("mutant_") and not any("reference" in f for f in student.flags):
+            # an honest student is never accused (a notebook without its test cells ends before the Checkpoint)
+            assert "reference implementation" not in flags, f"{student.name} wrongly flagged: {flags!r}"
     assert (graded.course / "submitted" / "corrupt_json" / ASSIGNMENT / "04_relu_forward.ipynb").is_file()  # as it was
 
 

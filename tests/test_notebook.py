@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -93,6 +94,17 @@ def test_student_code_stops_at_the_first_test_cell_and_skips_the_setup() -> None
     release["cells"].append(extra)  # after the tests: not the student's answer
     sources, _ = nbk.student_code(release, graded)
     assert sources[-1] == "x = 1\ny = 2" and len(sources) == 2 and not any("import numpy" in s for s in sources)
+
+
+def test_student_code_with_the_tests_deleted_stops_before_the_checkpoint() -> None:
+    graded = nbk.read_graded(LESSON)
+    assert graded.tail_ids, "the lesson's Checkpoint cell ids are known"
+    release = json.loads(RELEASE.read_text())
+    release["cells"] = [c for c in release["cells"] if not nbk.is_test(c)]  # a student deleted the test cells
+    checkpoint = next(c for c in release["cells"] if c.get("id") == graded.tail_ids[0])
+    sources, found = nbk.student_code(release, graded)
+    assert found == "metadata" and len(sources) == 1 and sources[0].startswith(f"def {FUNCTION}(")
+    assert nbk.source(checkpoint) not in sources  # the Checkpoint imports the reference: not the student's code
 
 
 def test_answers_replace_and_solution_regions() -> None:
@@ -187,7 +199,8 @@ def test_the_builders_rebuild_the_authored_cells(tmp_path: Path) -> None:
                                                             nbk.code_cell("x = 1", tags=["hide-input"])])
     written = json.loads(path.read_text())
     assert [c["id"] for c in written["cells"][1:5]] == list(rebuilt)  # a graded cell's id is its grade id
-    assert nbk.graded_cells(written) == graded
+    tail = written["cells"][5]["id"]  # the trailing code cell: its id is the written notebook's own
+    assert nbk.graded_cells(written) == dataclasses.replace(graded, tail_ids=(tail,))
     with pytest.raises(ValueError, match="must hold exactly one ### BEGIN SOLUTION"):
         nbk.answer_cell("def f():\n    pass", "f")
     with pytest.raises(ValueError, match="^points must be an integer >= 0"):

@@ -252,6 +252,9 @@ class GradedCells:
     visible: str  # its source
     hidden_id: str  # grade id of the hidden-test cell
     test_ids: tuple[str, ...]  # grade ids of every test cell, in notebook order
+    # cell ids of the code cells after the answer that are not tests (the Checkpoint): the release keeps them, so
+    # a submission whose test cells were deleted still ends its student code where the lesson's own cells resume
+    tail_ids: tuple[str, ...] = ()
 
 
 def graded_cells(nb: Mapping) -> GradedCells | None:
@@ -259,8 +262,10 @@ def graded_cells(nb: Mapping) -> GradedCells | None:
     function); ``None`` when it lacks an answer cell, a visible-test cell or a hidden check (the setup is optional).
     Raises ``TypeError``/``ValueError`` for something that is not a notebook (:func:`cells`)."""
     setup = function = answer_id = visible_id = visible = hidden_id = None
-    test_ids = []
+    test_ids, tail_ids = [], []
     for cell in cells(nb):
+        if answer_id is not None and is_code(cell) and not is_test(cell) and isinstance(cell.get("id"), str):
+            tail_ids.append(cell["id"])
         if is_setup(cell):
             setup = source(cell)
         elif is_answer(cell):
@@ -275,7 +280,8 @@ def graded_cells(nb: Mapping) -> GradedCells | None:
             test_ids.append(visible_id)
     if None in (function, answer_id, visible_id, hidden_id):
         return None
-    return GradedCells(setup or "", function, answer_id, visible_id, visible, hidden_id, tuple(test_ids))
+    return GradedCells(setup or "", function, answer_id, visible_id, visible, hidden_id, tuple(test_ids),
+                       tuple(tail_ids))
 
 
 def read_graded(path: str | Path) -> GradedCells | None:
@@ -288,8 +294,9 @@ def read_graded(path: str | Path) -> GradedCells | None:
 def student_code(nb: Mapping, graded: GradedCells) -> tuple[list[str] | None, str]:
     """``(the student's code cells, how the answer cell was found)`` in a submitted notebook ``nb`` (raw JSON).
 
-    The student's cells are every code cell before the first test cell of ``graded`` that is neither a test cell
-    nor the setup cell; a cell is named by its grade id, else its cell id (nbgrader's release gives graded cells
+    The student's cells are every code cell before the first test cell of ``graded`` (or, where the student
+    deleted the tests, before the first of the lesson's own later cells, ``graded.tail_ids``) that is neither a
+    test cell nor the setup cell; a cell is named by its grade id, else its cell id (nbgrader's release gives graded cells
     their grade id as cell id), so removing a cell's nbgrader metadata hides nothing. The answer cell is found
     by ``"metadata"`` (its grade id), else ``"cell id"``, else ``"position"``. ``(None, "no answer cell")`` when
     the student has no code cell there."""
@@ -300,7 +307,7 @@ def student_code(nb: Mapping, graded: GradedCells) -> tuple[list[str] | None, st
         return grade_id(cell) or cell.get("id")
 
     code = code_cells(nb)
-    ends = [i for i, cell in enumerate(code) if ident(cell) in graded.test_ids]
+    ends = [i for i, cell in enumerate(code) if ident(cell) in (*graded.test_ids, *graded.tail_ids)]
     end = ends[0] if ends else len(code)
     mine = [cell for cell in code[:end] if ident(cell) not in (*graded.test_ids, SETUP_ID)]
     if not mine:
