@@ -1,0 +1,49 @@
+"""Where the suite's time goes, printed at the end of every run (``make test``, the CI log).
+
+Issue 28 holds ``make test`` to 15 minutes on 2 cores. The summary gives the run's wall time against that
+budget, the seconds each xdist worker spent in tests (setup, call and teardown: with ``--dist loadfile`` a file
+runs on one worker, so the busiest worker bounds the wall time) and the files that cost the most. The hooks are
+imported by ``tests/conftest.py``; under xdist they run in the controller, which receives every worker's reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pytest
+
+BUDGET_SECONDS = 15 * 60  # issue 28: make test within 15 minutes on 2 cores
+TOP_FILES = 12
+
+_started = time.monotonic()
+_by_file: defaultdict[str, float] = defaultdict(float)
+_by_worker: defaultdict[str, float] = defaultdict(float)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _started
+    _started = time.monotonic()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    seconds = float(getattr(report, "duration", 0.0) or 0.0)
+    _by_file[report.nodeid.split("::", 1)[0]] += seconds
+    node = getattr(report, "node", None)  # set by xdist on the controller's copy of a worker's report
+    worker = getattr(node, "workerinput", {}).get("workerid", "main") if node is not None else "main"
+    _by_worker[worker] += seconds
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if config.option.collectonly or not _by_file or hasattr(config, "workerinput"):
+        return
+    wall = time.monotonic() - _started
+    total = sum(_by_file.values())
+    verdict = "within" if wall <= BUDGET_SECONDS else "OVER"
+    terminalreporter.section("where the suite's time goes")
+    terminalreporter.write_line(f"wall {wall:.0f} s: {verdict} the {BUDGET_SECONDS} s budget (issue 28); "
+                                f"{total:.0f} s in tests")
+    workers = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(_by_worker.items()))
+    terminalreporter.write_line(f"per worker: {workers}")
+    for path, seconds in sorted(_by_file.items(), key=lambda kv: -kv[1])[:TOP_FILES]:
+        terminalreporter.write_line(f"{seconds:8.1f} s {100 * seconds / total:5.1f} %  {path}")
