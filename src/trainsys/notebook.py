@@ -252,8 +252,9 @@ class GradedCells:
     visible: str  # its source
     hidden_id: str  # grade id of the hidden-test cell
     test_ids: tuple[str, ...]  # grade ids of every test cell, in notebook order
-    # cell ids of the code cells after the answer that are not tests (the Checkpoint): the release keeps them, so
-    # a submission whose test cells were deleted still ends its student code where the lesson's own cells resume
+    # cell ids of the code cells after the first test cell that are not tests (the Checkpoint): the release keeps
+    # them, so a submission whose test cells were deleted still ends its student code where the lesson's own cells
+    # resume
     tail_ids: tuple[str, ...] = ()
 
 
@@ -264,7 +265,7 @@ def graded_cells(nb: Mapping) -> GradedCells | None:
     setup = function = answer_id = visible_id = visible = hidden_id = None
     test_ids, tail_ids = [], []
     for cell in cells(nb):
-        if answer_id is not None and is_code(cell) and not is_test(cell) and isinstance(cell.get("id"), str):
+        if test_ids and is_code(cell) and not is_test(cell) and isinstance(cell.get("id"), str):
             tail_ids.append(cell["id"])
         if is_setup(cell):
             setup = source(cell)
