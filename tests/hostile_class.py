@@ -101,11 +101,9 @@ def make_course(root: Path) -> Path:
 
 
 def plant_gradebook_canary(course: Path) -> None:
-    from nbgrader.api import Gradebook
+    from trainsys.autograde.launch import gradebook
 
-    from trainsys.course import nbgrader_env
-
-    with Gradebook(nbgrader_env(course)["NBGRADER_DB_URL"]) as gb:
+    with gradebook(course) as gb:
         gb.update_or_create_student("honest_solved", first_name=CANARY_GRADEBOOK, last_name="Secret")
 
 

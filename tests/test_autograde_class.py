@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.synthetic_class import ASSIGNMENT, CLASS_LESSONS, Student, grade, make_course, students, submit_class
+from trainsys.autograde.launch import gradebook
 from trainsys.autograde.runner import MARKER, load_result, plan
-from trainsys.course import nbgrader_env
 
 pytestmark = pytest.mark.slow
 KILL_AFTER = 2  # students graded (completion marks written) when the first run is killed
@@ -59,10 +59,8 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
 
 
 def _cell_scores(course: Path) -> dict[tuple[str, str, str], float]:
-    from nbgrader.api import Gradebook
-
     scores = {}
-    with Gradebook(nbgrader_env(course)["NBGRADER_DB_URL"]) as gb:
+    with gradebook(course) as gb:
         for student in gb.students:
             try:
                 submission = gb.find_submission(ASSIGNMENT, student.id)
@@ -96,13 +94,11 @@ def test_every_cell_gets_its_expected_score(graded: Graded) -> None:
 
 
 def test_killed_grading_resumes_without_losing_or_duplicating(graded: Graded) -> None:
-    from nbgrader.api import Gradebook
-
     course, roster = graded.course, graded.roster
     done = graded.done_before
     assert KILL_AFTER <= done < len(roster), f"the kill came at {done} of {len(roster)} jobs"
     assert _marks(course) == len(plan(course)) == len(roster)
-    with Gradebook(nbgrader_env(course)["NBGRADER_DB_URL"]) as gb:
+    with gradebook(course) as gb:
         assert len(gb.assignment_submissions(ASSIGNMENT)) == len(roster)
     # every student holds exactly the lessons' graded cells, no more and no fewer (their values: the test above)
     scores = _cell_scores(course)

@@ -50,7 +50,8 @@ from tests.hostile_class import (
 )
 from trainsys.autograde.integrity import fingerprint
 from trainsys.autograde.runner import load_result
-from trainsys.course import BIN, REPO, nbgrader_env
+from trainsys.autograde.launch import gradebook
+from trainsys.course import BIN, REPO
 
 pytestmark = pytest.mark.slow
 ALLOWED_URL_PREFIXES = ("#", "data:image/png", "data:image/jpeg", "data:image/gif")
@@ -137,10 +138,8 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
 
 
 def _cell_scores(course: Path) -> dict[tuple[str, str], float]:
-    from nbgrader.api import Gradebook
-
     scores = {}
-    with Gradebook(nbgrader_env(course)["NBGRADER_DB_URL"]) as gb:
+    with gradebook(course) as gb:
         for submission in gb.assignment_submissions(ASSIGNMENT):
             for notebook in submission.notebooks:
                 for grade in notebook.grades:
@@ -195,9 +194,7 @@ def test_attacks_are_flagged_for_the_instructor(graded: Graded) -> None:
 
 
 def test_no_submission_scores_more_than_the_lesson_is_worth(graded: Graded) -> None:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(nbgrader_env(graded.course)["NBGRADER_DB_URL"]) as gb:
+    with gradebook(graded.course) as gb:
         for submission in gb.assignment_submissions(ASSIGNMENT):
             assert submission.max_score == 5.0 and submission.score <= 5.0, submission.student.id
             names = {grade.name for notebook in submission.notebooks for grade in notebook.grades}

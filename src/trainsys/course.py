@@ -87,7 +87,7 @@ def solved_answers(course: Path, assignment: str) -> dict[str, dict[str, str]]:
     return {p.name: answer_sources(p) for p in sorted((course / "solutions" / assignment).glob("*.ipynb"))}
 
 
-def lesson_words(notebook: Path) -> int:
+def lesson_words(path: Path) -> int:
     """A lesson's length as a reader meets it: the whitespace-separated words of its markdown cells
     (mathematics included, code cells and the header line with XP and time not)."""
-    return markdown_words(nbformat.read(notebook, as_version=4))
+    return markdown_words(nbformat.read(path, as_version=4))
