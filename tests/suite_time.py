@@ -41,8 +41,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     total = sum(_by_file.values())
     verdict = "within" if wall <= BUDGET_SECONDS else "OVER"
     terminalreporter.section("where the suite's time goes")
-    terminalreporter.write_line(f"wall {wall:.0f} s: {verdict} the {BUDGET_SECONDS} s budget (issue 28); "
-                                f"{total:.0f} s in tests")
+    terminalreporter.write_line(f"pytest wall {wall:.0f} s: {verdict} the {BUDGET_SECONDS} s budget of make test "
+                                f"(issue 28; its setup comes on top); {total:.0f} s in tests")
     workers = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(_by_worker.items()))
     terminalreporter.write_line(f"per worker: {workers}")
     for path, seconds in sorted(_by_file.items(), key=lambda kv: -kv[1])[:TOP_FILES]:
