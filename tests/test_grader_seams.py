@@ -135,9 +135,62 @@ def test_a_trusted_process_runs_isolated_in_the_course_with_its_env_and_cap(tmp_
     assert resource.getrlimit(resource.RLIMIT_AS)[0] != cap  # the cap is the child's alone
 
 
-def test_the_release_batch_refuses_a_bad_command_line(tmp_path: Path) -> None:
-    run = launch.run_trusted(tmp_path, launch.__name__, "unknown", timeout=60)
-    assert run.returncode != 0 and "usage: python -m trainsys.autograde.launch generate" in run.stderr
+@pytest.mark.parametrize("argv", [["unknown"], [], ["generate"], ["nbgrader"]], ids=["unknown", "none", "generate",
+                                                                                     "nbgrader"])
+def test_the_launcher_refuses_a_bad_command_line(tmp_path: Path, argv: list[str]) -> None:
+    run = launch.run_trusted(tmp_path, launch.__name__, *argv, timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert "usage: python -I -m trainsys.autograde.launch nbgrader COMMAND" in run.stderr
+    assert "python -I -m trainsys.autograde.launch generate ASSIGNMENT" in run.stderr
+
+
+def test_nbgrader_through_the_launcher_answers_and_fails_as_its_own_command(tmp_path: Path) -> None:
+    version = launch.nbgrader(tmp_path, "--version", timeout=120)
+    assert version.returncode == 0 and "nbgrader version" in version.stdout, version.stderr
+    for run in (launch.nbgrader(tmp_path, "autograde", "--no-such-option", timeout=120),
+                launch.run_trusted(tmp_path, "nbgrader", "autograde", "--no-such-option", timeout=120)):
+        assert run.returncode == 2 and "unrecognized arguments: --no-such-option" in run.stderr, run.stderr
+
+
+SKIP_PROBE = """
+import json, sys
+from trainsys.autograde.launch import SKIPPED_IMPORTS, skip_unused_imports
+skip_unused_imports()
+import nbformat
+import nbgrader.apps  # every application nbgrader's command can run, with everything they import
+valid = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+nbformat.validate(valid)
+invalid = nbformat.from_dict({**valid, "cells": [{"cell_type": "code", "source": 1}]})
+try:
+    nbformat.validate(invalid)
+    refused = False
+except nbformat.ValidationError:
+    refused = True
+print(json.dumps({"skipped": {name: sys.modules.get(name, "absent") is None for name in SKIPPED_IMPORTS},
+                  "refused": refused}))
+"""
+
+
+def test_the_grader_children_skip_only_what_nothing_they_run_uses() -> None:
+    """:func:`launch.skip_unused_imports`: nbgrader's applications import without the skipped modules and
+    nbformat still validates notebooks; no package a grading child runs checks formats (the one use of the
+    skipped rfc3987-syntax, in jsonschema's format checker)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-I", "-c", SKIP_PROBE], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    reply = json.loads(run.stdout.strip().splitlines()[-1])
+    assert reply == {"skipped": {name: True for name in launch.SKIPPED_IMPORTS}, "refused": True}
+    checked = 0
+    for package in ("nbformat", "nbconvert", "nbclient", "nbgrader", "jupyter_client", "traitlets"):
+        root = Path(importlib.util.find_spec(package).origin).parent
+        for path in root.rglob("*.py"):
+            text = path.read_text(errors="replace")
+            checked += 1
+            assert "format_checker" not in text and "FormatChecker" not in text, f"{path} checks formats"
+    assert checked > 300
 
 
 def test_the_sandbox_configuration_crosses_to_a_child_one_way() -> None:

@@ -11,6 +11,9 @@ configuration, the course root and the gradebook — plus what the caller alone 
 - the trusted re-check (:mod:`trainsys.autograde.decide` starts :mod:`trainsys.autograde.verify`);
 - the releases of many assignments at once (:func:`generate_releases_here`).
 
+nbgrader starts as ``python -I -m trainsys.autograde.launch nbgrader <command> …``: nbgrader's own command
+line, after :func:`skip_unused_imports`, which halves its start-up (a cost paid by every job of a class).
+
 The gradebook's address is read one way (:func:`gradebook_url`, :func:`gradebook`) by the processes that
 start nbgrader and by nbgrader itself (``NBGRADER_DB_URL``, read by ``autograder/nbgrader_config.py``).
 """
@@ -33,6 +36,21 @@ if TYPE_CHECKING:
 # What every grader-started Python that may run lesson code gets: warnings are not printed (a test cell that
 # writes to stderr is scored as failed) and matplotlib draws without a display.
 QUIET = {"PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
+
+# Imports the grader's children skip. jsonschema imports rfc3987-syntax whenever it is installed (the
+# jsonschema[format-nongpl] extra that jupyter-events requires installs it) to check the "iri" and
+# "iri-reference" formats, and that package builds its Earley grammar at import: about 0.9 s of CPU in every
+# process that imports nbformat, half of nbgrader's start-up (measured on 2 cores: importing nbgrader.apps
+# 1.9 s, 0.9 s without it). nbformat, nbconvert, nbclient and nbgrader validate without a format checker,
+# so no child of the grader checks those formats (tests/test_grader_seams.py holds both facts).
+SKIPPED_IMPORTS = ("rfc3987_syntax",)
+
+
+def skip_unused_imports() -> None:
+    """Make importing each of :data:`SKIPPED_IMPORTS` raise ``ImportError`` in this process, as a ``None``
+    entry in ``sys.modules`` does (Python's documented way); a module already imported stays."""
+    for name in SKIPPED_IMPORTS:
+        sys.modules.setdefault(name, None)
 
 
 def gradebook_url(course: Path, db_url: str | None = None) -> str:
@@ -98,10 +116,11 @@ def nbgrader(course: Path, command: str, *args: str, timeout: float, db_url: str
              extra_env: dict[str, str] | None = None, memory_limit: int | None = None,
              soft_only: bool = False) -> subprocess.CompletedProcess:
     """``nbgrader <command> <args>`` on ``course``: :func:`run_trusted` (same options, same errors) with
-    nbgrader's command line. Pass options as single ``--name=value`` words and positional arguments last,
+    nbgrader's command line, started by this module's ``nbgrader`` mode (:func:`skip_unused_imports`, then
+    nbgrader's own ``main``). Pass options as single ``--name=value`` words and positional arguments last,
     after ``--`` (an id can then never be read as an option)."""
-    return run_trusted(course, "nbgrader", command, *args, timeout=timeout, db_url=db_url, extra_env=extra_env,
-                       memory_limit=memory_limit, soft_only=soft_only)
+    return run_trusted(course, __name__, "nbgrader", command, *args, timeout=timeout, db_url=db_url,
+                       extra_env=extra_env, memory_limit=memory_limit, soft_only=soft_only)
 
 
 def generate_releases_here(names: list[str]) -> int:
@@ -129,7 +148,22 @@ def generate_releases_here(names: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -I -m trainsys.autograde.launch generate NAME… (started by generate_releases)
-    if len(sys.argv) < 3 or sys.argv[1] != "generate":
-        sys.exit("usage: python -m trainsys.autograde.launch generate ASSIGNMENT [ASSIGNMENT …]")
-    sys.exit(generate_releases_here(sys.argv[2:]))
+def main(argv: list[str]) -> int:
+    """``nbgrader COMMAND …`` (started by :func:`nbgrader`) or ``generate ASSIGNMENT…`` (started by
+    :func:`trainsys.course.generate_releases`), each after :func:`skip_unused_imports`."""
+    skip_unused_imports()
+    if argv[:1] == ["nbgrader"] and len(argv) >= 2:
+        from nbgrader.apps.nbgraderapp import main as nbgrader_main
+
+        sys.argv = ["nbgrader", *argv[1:]]  # nbgrader reads its arguments from sys.argv, as its script does
+        nbgrader_main()  # what ``python -m nbgrader`` runs; it exits with its own status on errors
+        return 0
+    if argv[:1] == ["generate"] and len(argv) >= 2:
+        return generate_releases_here(argv[1:])
+    print("usage: python -I -m trainsys.autograde.launch nbgrader COMMAND [ARGUMENT …]\n"
+          "       python -I -m trainsys.autograde.launch generate ASSIGNMENT [ASSIGNMENT …]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

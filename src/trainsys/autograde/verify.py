@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsys.autograde.isolation import IsolationTimeout, IsolationUnavailable, StudentProcess
+from trainsys.autograde.launch import skip_unused_imports
 from trainsys.autograde.sandbox import WITHHELD, SandboxConfig, describe_limit, limit_from_message
 from trainsys.notebook import GradedCells, read_graded, run_visible_tests, student_code
 
@@ -192,6 +193,7 @@ def verify(request: dict) -> dict:
 
 
 def main() -> None:
+    skip_unused_imports()  # before nbformat is imported (trainsys.autograde.launch.SKIPPED_IMPORTS says why)
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # anything printed by tests goes to stderr
     sys.stdout = sys.stderr
