@@ -49,10 +49,16 @@ class Student:
     flags: list[str] = field(default_factory=list)  # substrings expected among the summary's flags
 
 
-# --timeout: seconds a cell may run while grading. Not made smaller: the re-check's limit is max(10, 2 x timeout)
-# (trainsys.autograde.options.Options.verify_timeout), so below 5 s only the kernels' waits on the two looping
-# students would shrink (a few seconds), while a loaded machine's first import cell would risk an honest time-out.
+# --timeout: seconds a cell may run while grading. Not made smaller: below 5 s only the kernels' waits on the two
+# looping students would shrink (a few seconds), while a loaded machine's first import cell would risk an honest
+# time-out.
 TIMEOUT = "5"
+# --recheck-timeout: seconds the trusted re-check gives a fresh student process to load the answer or answer one
+# call, doubled once on a time-out. A process of these lessons loads in 0.6 s on an idle core (bubblewrap, then
+# numpy, matplotlib, pytest and the part's tools), so an honest answer loses points only if a busy machine makes
+# its load more than ten times slower twice in a row (the retry waits 8 s). The default, max(10, 2 x --timeout), would give each looping student
+# 10 + 20 + 20 s of a spinning core in the re-check instead of 4 + 8 + 8.
+RECHECK_TIMEOUT = "4"
 # --memory-limit-mb: the address space of each sandboxed process. A kernel of these NumPy lessons addresses
 # 168 MiB at its peak (VmPeak after importing numpy, ipykernel and trainsys.grading; torch, which they do not
 # import, would add 0.5 GiB), so 2 GiB leaves a tenfold margin, and memory_bomb's 1 GiB blocks are refused at
@@ -64,7 +70,7 @@ def grade(course: Path, *extra: str, wait: bool = True) -> subprocess.Popen | su
     """Grade ``course`` by the real command, 2 jobs; ``wait=False``: return the running process (its own
     session, so that a test can kill its whole process group), else the finished run (asserted exit 0)."""
     command = [str(BIN / "python"), "-m", "trainsys.autograde", "--course", str(course), "--jobs", "2",
-               "--timeout", TIMEOUT, "--memory-limit-mb", MEMORY_LIMIT_MB, *extra]
+               "--timeout", TIMEOUT, "--recheck-timeout", RECHECK_TIMEOUT, "--memory-limit-mb", MEMORY_LIMIT_MB, *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if not wait:
         return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel students (default: cores)")
     parser.add_argument("--timeout", type=int, default=30, help="seconds a cell may run (default: 30)")
+    parser.add_argument("--recheck-timeout", type=int, default=None,
+                        help="seconds the trusted re-check gives the student's process to load or answer one "
+                             "call, doubled once on a time-out (default: max(10, 2 x --timeout))")
     parser.add_argument("--memory-limit-mb", type=int, default=6144,
                         help="address space of each process in a sandbox (default: 6144)")
     parser.add_argument("--sandbox-memory-mb", type=int, default=None,
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run student code without the OS sandbox (unsafe: for trusted code only)")
     args = parser.parse_args(argv)
     for name, value, minimum in (("--jobs", args.jobs, 1), ("--timeout", args.timeout, 1),
+                                 ("--recheck-timeout", 1 if args.recheck_timeout is None else args.recheck_timeout, 1),
                                  ("--memory-limit-mb", args.memory_limit_mb, 512),
                                  ("--sandbox-memory-mb", 256 if args.sandbox_memory_mb is None else args.sandbox_memory_mb, 256),
                                  ("--grader-memory-mb", args.grader_memory_mb, 1024)):
@@ -102,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
 
     options = Options(course=course, jobs=args.jobs, timeout=args.timeout, memory_limit_mb=args.memory_limit_mb,
                       force=args.force, db_url=args.db_url, sandbox=not args.no_sandbox,
-                      sandbox_memory_mb=args.sandbox_memory_mb, grader_memory_mb=args.grader_memory_mb)
+                      sandbox_memory_mb=args.sandbox_memory_mb, grader_memory_mb=args.grader_memory_mb,
+                      recheck_timeout=args.recheck_timeout)
     skipped = survey(course, args.assignment).skipped
     write_report(skipped, course / "reports" / "intake.csv")
     for item in skipped:

@@ -22,6 +22,7 @@ class Options:
     sandbox: bool = True  # False only with --no-sandbox: student code then runs with the grader's rights
     sandbox_memory_mb: int | None = None  # all of one sandbox's processes together; None: sandbox_memory_default
     grader_memory_mb: int = 3072  # address space of each trusted process (nbgrader, the re-check's verifier)
+    recheck_timeout: int | None = None  # seconds of the re-check's first try; None: max(10, 2 x timeout)
 
     def sandbox_config(self, slot: int):
         from trainsys.autograde.sandbox import SandboxConfig
@@ -33,7 +34,11 @@ class Options:
 
     @property
     def verify_timeout(self) -> float:
-        """Seconds the trusted re-check waits for one load or call (doubled once on a time-out)."""
+        """Seconds the trusted re-check waits for one load or call (doubled once on a time-out):
+        ``recheck_timeout`` when given, else ``max(10, 2 * timeout)`` (the re-check also loads the student's
+        code in a fresh process, which a loaded machine slows down)."""
+        if self.recheck_timeout is not None:
+            return float(self.recheck_timeout)
         return float(max(10, 2 * self.timeout))
 
 
