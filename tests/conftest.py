@@ -22,15 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.lesson_index import lessons
-from tests.suite_time import (  # noqa: F401
-    pytest_runtest_call,
-    pytest_runtest_logreport,
-    pytest_runtest_makereport,
-    pytest_runtest_setup,
-    pytest_runtest_teardown,
-    pytest_sessionstart,
-    pytest_terminal_summary,
-)
+from tests.suite_time import pytest_runtest_logreport, pytest_sessionstart, pytest_terminal_summary  # noqa: F401
 
 PART = re.compile(r"(?<![a-z0-9])(m\d+p\d+)(?![0-9])")
 BOOK_PAGE = re.compile(r"\bm(\d+)/p(\d+)_")  # book/m2/p3_param_utilities.md is part m2p3's page
