@@ -1,12 +1,15 @@
 """The trusted re-check gives a correct answer full marks, for every graded function.
 
-Each reference implementation is loaded in a sandboxed student process (as a student's answer cell
-would be) and its check runs in this process against it, across the data-only channel: results,
-in-place updates, views, generators, torch modules and autograd graphs must all come back as they
-are in one process. A failure here would mean the autograder takes points from correct answers.
+The reference implementations are loaded in a sandboxed student process (as a student's answer cell would
+be), one process per reference module serving all of its graded functions, and each function's check runs
+in this process against it, across the data-only channel: results, in-place updates, views, generators,
+torch modules and autograd graphs must all come back as they are in one process. A failure here would mean
+the autograder takes points from correct answers. (The grader itself starts one process per lesson.)
 """
 
 from __future__ import annotations
+
+from collections import defaultdict
 
 import pytest
 
@@ -16,14 +19,36 @@ from trainsys.autograde.isolation import StudentProcess
 from trainsys.autograde.sandbox import SandboxConfig
 
 pytestmark = pytest.mark.slow
-REFERENCES = sorted(references().items())
 
 
-@pytest.mark.parametrize(("name", "module"), REFERENCES, ids=[n for n, _ in REFERENCES])
-def test_reference_passes_its_check_through_the_sandbox(name: str, module: str) -> None:
-    answer = f"from {module} import {name}\n"
-    with StudentProcess([answer], name, timeout=120, sandbox=SandboxConfig()) as student:
+def _by_module() -> list[tuple[str, list[str]]]:
+    grouped: defaultdict[str, list[str]] = defaultdict(list)
+    for name, module in sorted(references().items()):
+        grouped[module].append(name)
+    return sorted(grouped.items())
+
+
+BY_MODULE = _by_module()
+
+
+@pytest.mark.parametrize(("module", "names"), BY_MODULE,
+                         ids=[f"{module.rsplit('.', 1)[1]}:{'+'.join(names)}" for module, names in BY_MODULE])
+def test_references_pass_their_checks_through_the_sandbox(module: str, names: list[str]) -> None:
+    answer = f"from {module} import {', '.join(names)}\n"
+    failed = {}
+    with StudentProcess([answer], names, timeout=120, sandbox=SandboxConfig()) as student:
         assert student.status["ok"], student.status
         assert student.status["tampered"] == []
-        message = getattr(grading, f"check_{name}")(student.function)
-    assert "passed" in message
+        for name in names:
+            try:
+                message = getattr(grading, f"check_{name}")(student.functions[name])
+            except AssertionError as exc:
+                message = f"failed: {exc}"
+            if "passed" not in message:
+                failed[name] = message[:2000]
+    assert not failed, failed
+
+
+def test_every_graded_function_is_checked_once() -> None:
+    served = [name for _, names in BY_MODULE for name in names]
+    assert sorted(served) == sorted(references()) and len(served) == len(set(served)) == 96

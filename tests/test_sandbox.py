@@ -367,6 +367,26 @@ def test_what_a_failing_call_did_to_its_arguments_comes_back() -> None:
         assert not student.function(np.zeros(2)).flags.writeable
 
 
+def test_one_process_serves_several_named_functions_each_call_to_its_own() -> None:
+    source = ("import numpy as np\n"
+              "def f(a):\n    a += 1\n    return a\n"
+              "def g(a):\n    return -a\n")
+    a = np.zeros(2)
+    with StudentProcess([source], ["f", "g"], timeout=30, sandbox=SandboxConfig()) as student:
+        assert student.status["ok"] and student.function is student.functions["f"]
+        assert student.functions["f"](a) is a and a.tolist() == [1.0, 1.0]  # f's in-place update came back
+        assert student.functions["g"](a).tolist() == [-1.0, -1.0] and a.tolist() == [1.0, 1.0]
+        assert student.functions["f"](a) is a and a.tolist() == [2.0, 2.0]
+    with StudentProcess([source], ["f", "h", "g"], timeout=30, sandbox=SandboxConfig()) as student:
+        assert student.status == {"ok": False, "error": "h is not defined", "tampered": []}
+
+
+@pytest.mark.parametrize("name", ["", [], ["f", "not a name"], [1]], ids=["empty", "none", "not a name", "not text"])
+def test_a_bad_function_name_is_refused_before_any_process_starts(name) -> None:
+    with pytest.raises(ValueError, match="name must be a function name or a non-empty list of them"):
+        StudentProcess(["def f():\n    pass\n"], name, timeout=30, sandbox=SandboxConfig())
+
+
 def test_an_object_returned_twice_is_one_object_and_legacy_generators_cross() -> None:
     source = ("import numpy as np\n"
               "def f(x, legacy):\n"

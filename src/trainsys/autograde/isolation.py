@@ -199,12 +199,17 @@ class StudentProcess:
     ``function`` is its graded function.
 
     ``cells`` are the sources to execute in order (the lesson's setup cell, the student's own cells up
-    to the answer); as in a kernel, an error in one does not stop the next. ``timeout`` bounds the
-    load and every call.
+    to the answer); as in a kernel, an error in one does not stop the next. ``name`` is the graded
+    function's name, or a list of names that one process serves (``functions`` maps each to its
+    :class:`RemoteFunction`; ``function`` is the first): the grader re-checks one function per process, a
+    test may check many references at the cost of one start. ``timeout`` bounds the load and every call.
     """
 
-    def __init__(self, cells: list[str], name: str, timeout: float = 60.0,
+    def __init__(self, cells: list[str], name: str | list[str], timeout: float = 60.0,
                  sandbox: SandboxConfig | None = None, memory_limit_bytes: int | None = None) -> None:
+        names = [name] if isinstance(name, str) else list(name)
+        if not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
+            raise ValueError(f"StudentProcess: name must be a function name or a non-empty list of them, got {name!r}")
         self.timeout = timeout
         self.sandbox = sandbox
         command = [sys.executable, "-I", "-c", STUDENT_MAIN]
@@ -225,7 +230,7 @@ class StudentProcess:
         if sandbox is not None:
             self.memory_cap = memory_cap(sandbox, self.cgroup, self.process.pid)
         try:
-            wire.send(self.process.stdin, {"cells": list(cells), "name": name})
+            wire.send(self.process.stdin, {"cells": list(cells), "names": names})
         except (BrokenPipeError, OSError) as exc:
             self.close()
             raise IsolationUnavailable(f"the student's process did not start: {exc}") from None
@@ -235,7 +240,8 @@ class StudentProcess:
             raise IsolationUnavailable("the student's process answered with something that is not a status")
         self.status = {"ok": status["ok"], "error": str(status.get("error"))[:500] if status.get("error") else None,
                        "tampered": [str(t) for t in status.get("tampered", []) if isinstance(t, str)][:50]}
-        self.function = RemoteFunction(self, name)
+        self.functions = {n: RemoteFunction(self, n) for n in names}
+        self.function = self.functions[names[0]]
 
     def _reply(self) -> Any:
         box: dict[str, Any] = {}
@@ -295,7 +301,7 @@ class StudentProcess:
         except (OSError, ValueError):
             return None
 
-    def measure(self, args: tuple, kwargs: dict) -> tuple[Any, int]:
+    def measure(self, name: str, args: tuple, kwargs: dict) -> tuple[Any, int]:
         """``(result, peak)``: the call's result and the peak memory it needed, in bytes.
 
         Measured by the operating system when it allows: the process's peak resident set (``VmHWM``),
@@ -303,7 +309,8 @@ class StudentProcess:
         resident set before — numbers the student's code cannot touch. Otherwise (no permission to
         reset) the student process measures itself with ``tracemalloc``.
         """
-        self._send({"args": tuple(args), "kwargs": dict(kwargs), "measure": True, "generators": global_generators()})
+        self._send({"name": name, "args": tuple(args), "kwargs": dict(kwargs), "measure": True,
+                    "generators": global_generators()})
         self._expect("ready")
         pid = self.main_pid()
         baseline = procfs.reset_peak(pid) if pid is not None else None
@@ -319,8 +326,8 @@ class StudentProcess:
             raise IsolationUnavailable("the student's process sent no memory measurement")
         return result, traced
 
-    def call(self, args: tuple, kwargs: dict) -> Any:
-        self._send({"args": tuple(args), "kwargs": dict(kwargs), "generators": global_generators()})
+    def call(self, name: str, args: tuple, kwargs: dict) -> Any:
+        self._send({"name": name, "args": tuple(args), "kwargs": dict(kwargs), "generators": global_generators()})
         return self._finish(args, kwargs)[0]
 
     def _finish(self, args: tuple, kwargs: dict) -> tuple[Any, dict]:
@@ -386,11 +393,11 @@ class RemoteFunction:
         self.__qualname__ = name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.process.call(args, kwargs)
+        return self.process.call(self.__name__, args, kwargs)
 
     def peak_memory(self, *args: Any, **kwargs: Any) -> tuple[Any, int]:
         """``(result, peak bytes)`` of one call, measured out of the student's reach where possible."""
-        return self.process.measure(args, kwargs)
+        return self.process.measure(self.__name__, args, kwargs)
 
 
 WARNINGS = {w.__name__: w for w in (Warning, UserWarning, RuntimeWarning, DeprecationWarning, FutureWarning,

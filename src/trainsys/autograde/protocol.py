@@ -3,9 +3,10 @@
 The grader (:mod:`trainsys.autograde.isolation`) starts a student process (:mod:`trainsys.autograde.student_side`)
 and they exchange wire messages over its stdin/stdout, in this order:
 
-1. grader → student: ``{"cells": [source, …], "name": function}``; student → grader: ``{"ok", "error",
-   "tampered"}`` once the cells have run;
-2. per call, grader → student: ``{"args", "kwargs", "generators"}`` (plus ``"measure": True`` when the grader
+1. grader → student: ``{"cells": [source, …], "names": [function, …]}`` (the grader serves one graded function;
+   a test may serve several from one process); student → grader: ``{"ok", "error", "tampered"}`` once the cells
+   have run (``ok``: every name is defined and callable);
+2. per call, grader → student: ``{"name", "args", "kwargs", "generators"}`` (``name``: one of the names; plus ``"measure": True`` when the grader
    measures the call's memory: then ``{"ready"}`` ← , → ``{"tracemalloc"}``, ``{"done"}`` ← , → ``{"go"}``
    around the call); student → grader: ``{"ok": True, "result", "args", "generators", "warnings"}`` or
    ``{"ok": False, "type", "message", "args"?, "generators"?}``.

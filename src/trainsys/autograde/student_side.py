@@ -171,7 +171,7 @@ def _display(*objects: Any, **kwargs: Any) -> None:  # pragma: no cover - runs i
 
 
 def student_process_main() -> None:  # pragma: no cover - runs in the student process
-    """Execute the student's cells, then serve calls of the graded function until the channel closes.
+    """Execute the student's cells, then serve calls of the named functions until the channel closes.
 
     Nothing here is trusted by the grader: it only ever reads data from this process.
     """
@@ -196,16 +196,16 @@ def student_process_main() -> None:  # pragma: no cover - runs in the student pr
             exec(compile(ipython_to_python(source), f"<cell {index}>", "exec"), namespace)
         except BaseException as exc:  # noqa: BLE001 - report whatever the student code raised
             first_error = first_error or f"{type(exc).__name__}: {exc}"
-    fn = namespace.get(request["name"])
-    fn = fn if callable(fn) else None
-    status = {"ok": fn is not None, "error": None if fn else first_error or f"{request['name']} is not defined"}
+    functions = {name: namespace.get(name) for name in request["names"]}
+    missing = [name for name, fn in functions.items() if not callable(fn)]
+    status = {"ok": not missing, "error": (first_error or f"{missing[0]} is not defined") if missing else None}
     wire.send(stdout, {**status, "tampered": tampered()})
-    while fn is not None:
+    while not missing:
         try:
             request = wire.receive(stdin)
         except EOFError:
             return
-        args, kwargs = request["args"], request["kwargs"]
+        fn, args, kwargs = functions[request["name"]], request["args"], request["kwargs"]
         if "generators" in request:
             set_global_generators(request["generators"])
         objects = [(p, o) for p, o in _walk((args, kwargs)) if len(p) >= 2 and isinstance(o, shared_types())]
