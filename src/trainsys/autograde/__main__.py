@@ -27,11 +27,15 @@ import sys
 import time
 from pathlib import Path
 
-from trainsys.autograde.intake import check_id, survey, write_report
-from trainsys.autograde.integrity import GraderChanged
-from trainsys.autograde.runner import JobResult, Options, _last_line, _nbgrader, grade_class, plan
-from trainsys.autograde.sandbox import SandboxConfig, SandboxUnavailable, ensure_available
-from trainsys.autograde.selftest import SelfTestFailed, self_test
+from trainsys.autograde.launch import skip_unused_imports
+
+skip_unused_imports()  # before anything below imports nbformat (trainsys.autograde.launch.SKIPPED_IMPORTS)
+
+from trainsys.autograde.intake import check_id, survey, write_report  # noqa: E402
+from trainsys.autograde.integrity import GraderChanged  # noqa: E402
+from trainsys.autograde.runner import JobResult, Options, grade_class, last_line, nbgrader_for_run, plan  # noqa: E402
+from trainsys.autograde.sandbox import SandboxConfig, SandboxUnavailable, ensure_available  # noqa: E402
+from trainsys.autograde.selftest import SelfTestFailed, self_test  # noqa: E402
 
 UNSANDBOXED_WARNING = ("WARNING: --no-sandbox: student code runs with this user's rights and can read and change "
                        "every file this user can (other students' work, the gradebook, the grader itself). "
@@ -129,15 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(results)} submissions graded in {elapsed:.1f} s with {args.jobs} job(s); "
           f"summary in {course / 'reports' / 'summary.csv'}")
 
-    export = _nbgrader(options, "export", f"--to={course / 'reports' / 'grades.csv'}", timeout=600)
+    export = nbgrader_for_run(options, "export", f"--to={course / 'reports' / 'grades.csv'}", timeout=600)
     if export.returncode != 0:
-        print(f"nbgrader export failed: {_last_line(export.stderr)}", file=sys.stderr)
+        print(f"nbgrader export failed: {last_line(export.stderr)}", file=sys.stderr)
         return 1
     if not args.no_feedback:
         for assignment in sorted({r.assignment for r in results}):
-            run = _nbgrader(options, "generate_feedback", "--force", "--", assignment, timeout=1800)
+            run = nbgrader_for_run(options, "generate_feedback", "--force", "--", assignment, timeout=1800)
             if run.returncode != 0:
-                print(f"nbgrader generate_feedback {assignment} failed: {_last_line(run.stderr)}", file=sys.stderr)
+                print(f"nbgrader generate_feedback {assignment} failed: {last_line(run.stderr)}", file=sys.stderr)
                 return 1
     return 0
 

@@ -80,7 +80,8 @@ def is_complete(course: Path, student: str, assignment: str) -> bool:
 
 
 # --- one job ------------------------------------------------------------------------------------------
-def _nbgrader(options: Options, command: str, *args: str, timeout: float, slot: int = 0) -> subprocess.CompletedProcess:
+def nbgrader_for_run(options: Options, command: str, *args: str, timeout: float,
+                     slot: int = 0) -> subprocess.CompletedProcess:
     """``nbgrader <command> <args>`` for this run (:func:`trainsys.autograde.launch.nbgrader`): its cell
     time-out, its gradebook, the sandbox of grading ``slot`` for the kernels (``TRAINSYS_SANDBOX``), and the
     grader's memory cap (without the sandbox: the kernels' own, which they inherit).
@@ -131,14 +132,14 @@ def grade_one(options: Options, student: str, assignment: str, slot: int = 0) ->
         wall = options.timeout * 4 * max(len(sources), 1) + 120
         common = (f"--CourseDirectory.submitted_directory={folder}", f"--student={glob.escape(student)}", "--force",
                   "--create")
-        run = _nbgrader(options, "autograde", *common, "--", assignment, timeout=wall, slot=slot)
+        run = nbgrader_for_run(options, "autograde", *common, "--", assignment, timeout=wall, slot=slot)
         if run.returncode != 0:
             result.flags.append("nbgrader failed on the whole assignment; graded notebook by notebook")
             for source in sources:
-                one = _nbgrader(options, "autograde", *common, f"--notebook={glob.escape(source.stem)}", "--",
+                one = nbgrader_for_run(options, "autograde", *common, f"--notebook={glob.escape(source.stem)}", "--",
                                 assignment, timeout=options.timeout * 4 + 120, slot=slot)
                 if one.returncode != 0:
-                    result.flags.append(f"{source.name}: not gradable ({_last_line(one.stderr)})")
+                    result.flags.append(f"{source.name}: not gradable ({last_line(one.stderr)})")
         checked = [source for source in sources if source.name not in intake.refused]
         reply = run_verifier(options, student, assignment, checked, slot, submitted=staged) if checked else {}
         reply["verdicts"] = reply.get("verdicts", []) + _refused_verdicts(sources, intake.refused)
@@ -169,7 +170,7 @@ def _refused_verdicts(sources: list[Path], refused: dict[str, str]) -> list[dict
     return verdicts
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:200] if lines else "no output"
 
@@ -241,9 +242,9 @@ def _prepare_gradebook(options: Options, assignments: list[str]) -> None:
             except MissingEntry:
                 missing.append(assignment)
     for assignment in missing:
-        run = _nbgrader(options, "generate_assignment", "--force", "--", assignment, timeout=600)
+        run = nbgrader_for_run(options, "generate_assignment", "--force", "--", assignment, timeout=600)
         if run.returncode != 0:
-            raise RuntimeError(f"nbgrader generate_assignment {assignment} failed: {_last_line(run.stderr)}")
+            raise RuntimeError(f"nbgrader generate_assignment {assignment} failed: {last_line(run.stderr)}")
 
 
 def load_result(course: Path, student: str, assignment: str) -> JobResult:
