@@ -3,13 +3,16 @@
 The parts and their graded functions come from the lesson index (``tests/lesson_index.py``); a test gets a part's
 marker (``m<module>p<part>``) when
 
-- its file is named for the part (``test_m1p2_accumulation.py``);
+- its file is named for the part (``test_m1p2_accumulation.py``), or it is a cell of a lesson notebook in the part's
+  folder (``solutions/m1p2-gradient-accumulation/…``, run by nbval);
 - its name gives module and lesson numbers (``test_m2_13_14_scale_and_subtract…`` → lessons 13 and 14 of module 2);
 - its parameter ids name the part (``m2p5…``, ``m2p5-outer-nesterov``, ``book/m2/p5_…``) or a graded function of the part
   (``update_outer_momentum``);
 - or, for the rest, its own code names a graded function of the part.
 
 The markers are registered here, so ``--strict-markers`` accepts them.
+
+Each lesson notebook runs once per session (``tests/run_once.py``, registered here).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import run_once
 from tests.lesson_index import lessons
 from tests.suite_time import pytest_runtest_logreport, pytest_sessionstart, pytest_terminal_summary  # noqa: F401
 
@@ -61,7 +65,8 @@ def parts_of(item: pytest.Item) -> set[str]:
     by_function, by_number, words = _index()
     known = set(by_function.values())
     path = Path(str(item.fspath))
-    parts = {p for p in PART.findall(path.stem) if p in known}
+    named = path.stem + (" " + path.parent.name if path.suffix == ".ipynb" else "")  # a lesson's part folder
+    parts = {p for p in PART.findall(named) if p in known}
     function = getattr(item, "originalname", item.name)
     numbered = LESSON_NUMBERS.match(function)
     if numbered:
@@ -77,6 +82,7 @@ def parts_of(item: pytest.Item) -> set[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(run_once, "trainsys-run-each-lesson-once")
     for part in sorted({lesson.part for lesson in lessons().values()}):
         config.addinivalue_line("markers", f"{part}: the tests of course part {part} (tests/conftest.py assigns it)")
 
