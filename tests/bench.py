@@ -257,7 +257,7 @@ def bench_grading() -> None:
 
     roster = [s for s in students() if s.name in {"solved", "partial", "blank", "warnings_on_stderr",
                                                  "import_reference", "edit_locked_cell", "mutant_relu_forward_0",
-                                                 "mutant_linear_forward_1"}]
+                                                 "mutant_linear_backward_1"}]
     notebooks = len(roster) * len(LESSONS)
 
     def grade(jobs: int, sandbox: bool) -> float:

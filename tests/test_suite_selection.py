@@ -38,13 +38,9 @@ def test_nbval_leaves_out_the_lessons_the_selected_book_build_runs() -> None:
     assert any(i.startswith("tests/test_book.py::") for i in ids)
 
 
-def test_without_the_book_nbval_runs_every_lesson_it_is_given() -> None:
-    assert _notebooks(_collected(RUN_BY_BOOK, NOT_RUN_BY_BOOK)) == {RUN_BY_BOOK, NOT_RUN_BY_BOOK}
-    assert _notebooks(_collected("-k", "Cell", "tests/test_book.py", RUN_BY_BOOK)) == {RUN_BY_BOOK}  # -k drops the book
-
-
-def test_a_part_marker_selects_its_lessons_notebooks_and_runs_each_once() -> None:
+def test_a_part_marker_selects_its_lessons_notebooks_and_without_the_book_nbval_runs_them_all() -> None:
+    """``-m m1p1`` leaves out the book's tests (they name no part), so nbval keeps the lesson the build runs."""
     ids = _collected("-m", "m1p1", "tests/test_book.py", RUN_BY_BOOK, NOT_RUN_BY_BOOK,
                      "solutions/m2p1-model-forward-loss/05_cross_entropy_loss.ipynb")
-    assert _notebooks(ids) == {RUN_BY_BOOK, NOT_RUN_BY_BOOK}  # m1p1's, not m2p1's; no book build selected
+    assert _notebooks(ids) == {RUN_BY_BOOK, NOT_RUN_BY_BOOK}  # m1p1's, not m2p1's
     assert not any(i.startswith("tests/test_book.py::") for i in ids)
