@@ -44,7 +44,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     global _started, _busy_at_start
     _started = time.monotonic()
     _busy_at_start = machine_busy_seconds()
-_busy_at_start: float | None = None
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -70,7 +69,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if busy_now is not None and _busy_at_start is not None:
         cores = os.cpu_count() or 1
         busy = busy_now - _busy_at_start
-        terminalreporter.write_line(f"the machine's {cores} cores were busy {busy:.0f} of {cores * wall:.0f} core-seconds "
-                                    f"({100 * busy / (cores * wall):.0f} %)")
+        terminalreporter.write_line(f"the machine's {cores} cores were busy {busy:.0f} of {cores * wall:.0f} "
+                                    f"core-seconds ({100 * busy / (cores * wall):.0f} %)")
     for path, seconds in sorted(_by_file.items(), key=lambda kv: -kv[1])[:TOP_FILES]:
         terminalreporter.write_line(f"{seconds:8.1f} s {100 * seconds / total:5.1f} %  {path}")

@@ -297,10 +297,10 @@ def student_code(nb: Mapping, graded: GradedCells) -> tuple[list[str] | None, st
 
     The student's cells are every code cell before the first test cell of ``graded`` (or, where the student
     deleted the tests, before the first of the lesson's own later cells, ``graded.tail_ids``) that is neither a
-    test cell nor the setup cell; a cell is named by its grade id, else its cell id (nbgrader's release gives graded cells
-    their grade id as cell id), so removing a cell's nbgrader metadata hides nothing. The answer cell is found
-    by ``"metadata"`` (its grade id), else ``"cell id"``, else ``"position"``. ``(None, "no answer cell")`` when
-    the student has no code cell there."""
+    test cell nor the setup cell; a cell is named by its grade id, else its cell id (nbgrader's release gives
+    graded cells their grade id as cell id), so removing a cell's nbgrader metadata hides nothing. The answer
+    cell is found by ``"metadata"`` (its grade id), else ``"cell id"``, else ``"position"``.
+    ``(None, "no answer cell")`` when the student has no code cell there."""
     if not isinstance(graded, GradedCells):
         raise TypeError(f"graded must be the lesson's GradedCells, got {describe(graded)}")
 

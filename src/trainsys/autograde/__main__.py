@@ -33,7 +33,14 @@ skip_unused_imports()  # before anything below imports nbformat (trainsys.autogr
 
 from trainsys.autograde.intake import check_id, survey, write_report  # noqa: E402
 from trainsys.autograde.integrity import GraderChanged  # noqa: E402
-from trainsys.autograde.runner import JobResult, Options, grade_class, last_line, nbgrader_for_run, plan  # noqa: E402
+from trainsys.autograde.runner import (  # noqa: E402
+    JobResult,
+    Options,
+    grade_class,
+    last_line,
+    nbgrader_for_run,
+    plan,
+)
 from trainsys.autograde.sandbox import SandboxConfig, SandboxUnavailable, ensure_available  # noqa: E402
 from trainsys.autograde.selftest import SelfTestFailed, self_test  # noqa: E402
 

@@ -6,10 +6,10 @@ and they exchange wire messages over its stdin/stdout, in this order:
 1. grader → student: ``{"cells": [source, …], "names": [function, …]}`` (the grader serves one graded function;
    a test may serve several from one process); student → grader: ``{"ok", "error", "tampered"}`` once the cells
    have run (``ok``: every name is defined and callable);
-2. per call, grader → student: ``{"name", "args", "kwargs", "generators"}`` (``name``: one of the names; plus ``"measure": True`` when the grader
-   measures the call's memory: then ``{"ready"}`` ← , → ``{"tracemalloc"}``, ``{"done"}`` ← , → ``{"go"}``
-   around the call); student → grader: ``{"ok": True, "result", "args", "generators", "warnings"}`` or
-   ``{"ok": False, "type", "message", "args"?, "generators"?}``.
+2. per call, grader → student: ``{"name", "args", "kwargs", "generators"}`` (``name``: one of the names; plus
+   ``"measure": True`` when the grader measures the call's memory: then ``{"ready"}`` ← , → ``{"tracemalloc"}``,
+   ``{"done"}`` ← , → ``{"go"}`` around the call); student → grader: ``{"ok": True, "result", "args",
+   "generators", "warnings"}`` or ``{"ok": False, "type", "message", "args"?, "generators"?}``.
 
 ``args`` after a call marks every object that was there before it (:class:`~trainsys.autograde.wire.Kept`);
 a result refers to the caller's own objects by path (``Alias``, ``View``, ``Same``); a scalar with an autograd

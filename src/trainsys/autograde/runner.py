@@ -136,8 +136,8 @@ def grade_one(options: Options, student: str, assignment: str, slot: int = 0) ->
         if run.returncode != 0:
             result.flags.append("nbgrader failed on the whole assignment; graded notebook by notebook")
             for source in sources:
-                one = nbgrader_for_run(options, "autograde", *common, f"--notebook={glob.escape(source.stem)}", "--",
-                                assignment, timeout=options.timeout * 4 + 120, slot=slot)
+                one = nbgrader_for_run(options, "autograde", *common, f"--notebook={glob.escape(source.stem)}",
+                                       "--", assignment, timeout=options.timeout * 4 + 120, slot=slot)
                 if one.returncode != 0:
                     result.flags.append(f"{source.name}: not gradable ({last_line(one.stderr)})")
         checked = [source for source in sources if source.name not in intake.refused]
