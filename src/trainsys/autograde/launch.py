@@ -13,6 +13,8 @@ configuration, the course root and the gradebook — plus what the caller alone 
 
 nbgrader starts as ``python -I -m trainsys.autograde.launch nbgrader <command> …``: nbgrader's own command
 line, after :func:`skip_unused_imports`, which halves its start-up (a cost paid by every job of a class).
+Each such process is forked from one that imported nbgrader and the verifier once
+(:mod:`trainsys.autograde.forkserver`), and runs exactly as that command line would.
 
 The gradebook's address is read one way (:func:`gradebook_url`, :func:`gradebook`) by the processes that
 start nbgrader and by nbgrader itself (``NBGRADER_DB_URL``, read by ``autograder/nbgrader_config.py``).
@@ -21,7 +23,6 @@ start nbgrader and by nbgrader itself (``NBGRADER_DB_URL``, read by ``autograder
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainsys._paths import BIN, REPO
+from trainsys.autograde import forkserver
+from trainsys.autograde.forkserver import cap_address_space, skip_unused_imports
 
 if TYPE_CHECKING:
     from nbgrader.api import Gradebook
@@ -36,21 +39,7 @@ if TYPE_CHECKING:
 # What every grader-started Python that may run lesson code gets: warnings are not printed (a test cell that
 # writes to stderr is scored as failed) and matplotlib draws without a display.
 QUIET = {"PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
-
-# Imports the grader's children skip. jsonschema imports rfc3987-syntax whenever it is installed (the
-# jsonschema[format-nongpl] extra that jupyter-events requires installs it) to check the "iri" and
-# "iri-reference" formats, and that package builds its Earley grammar at import: about 0.9 s of CPU in every
-# process that imports nbformat, half of nbgrader's start-up (measured on 2 cores: importing nbgrader.apps
-# 1.9 s, 0.9 s without it). nbformat, nbconvert, nbclient and nbgrader validate without a format checker,
-# so no child of the grader checks those formats (tests/test_grader_seams.py holds both facts).
-SKIPPED_IMPORTS = ("rfc3987_syntax",)
-
-
-def skip_unused_imports() -> None:
-    """Make importing each of :data:`SKIPPED_IMPORTS` raise ``ImportError`` in this process, as a ``None``
-    entry in ``sys.modules`` does (Python's documented way); a module already imported stays."""
-    for name in SKIPPED_IMPORTS:
-        sys.modules.setdefault(name, None)
+SKIPPED_IMPORTS = forkserver.SKIPPED_IMPORTS  # what every trusted process skips (:func:`skip_unused_imports`)
 
 
 def gradebook_url(course: Path, db_url: str | None = None) -> str:
@@ -86,8 +75,7 @@ def limit_memory(limit_bytes: int, soft_only: bool = False) -> Callable[[], None
     stays (a trusted process capped below its sandboxed children: the sandbox's ``prlimit`` raises theirs
     to its own)."""
     def apply() -> None:  # runs in the child before exec
-        hard = resource.getrlimit(resource.RLIMIT_AS)[1] if soft_only else limit_bytes
-        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, hard))
+        cap_address_space(limit_bytes, soft_only)
     return apply
 
 
@@ -106,9 +94,13 @@ def run_trusted(course: Path, module: str, *args: str, timeout: float, db_url: s
     captured as text (undecodable bytes replaced). Raises ``subprocess.TimeoutExpired`` after ``timeout``
     seconds (the process is killed); a nonzero exit is returned, not raised.
     """
+    command, env = trusted_command(module, *args), nbgrader_env(course, db_url, extra_env)
+    forked = forkserver.run(command, module, list(args), cwd=str(course), env=env, stdin=stdin, timeout=timeout,
+                            memory_limit=memory_limit, soft_only=soft_only)
+    if forked is not None:
+        return forked
     preexec = None if memory_limit is None else limit_memory(memory_limit, soft_only=soft_only)
-    return subprocess.run(trusted_command(module, *args), input=stdin, cwd=course,
-                          env=nbgrader_env(course, db_url, extra_env), capture_output=True, text=True,
+    return subprocess.run(command, input=stdin, cwd=course, env=env, capture_output=True, text=True,
                           errors="replace", timeout=timeout, preexec_fn=preexec)
 
 

@@ -133,7 +133,9 @@ def grade_one(options: Options, student: str, assignment: str, slot: int = 0) ->
         common = (f"--CourseDirectory.submitted_directory={folder}", f"--student={glob.escape(student)}", "--force",
                   "--create")
         run = nbgrader_for_run(options, "autograde", *common, "--", assignment, timeout=wall, slot=slot)
-        if run.returncode != 0:
+        if run.returncode != 0 and len(sources) == 1:  # that run was the notebook's own: no second try
+            result.flags.append(f"{sources[0].name}: not gradable ({last_line(run.stderr)})")
+        elif run.returncode != 0:
             result.flags.append("nbgrader failed on the whole assignment; graded notebook by notebook")
             for source in sources:
                 one = nbgrader_for_run(options, "autograde", *common, f"--notebook={glob.escape(source.stem)}",
