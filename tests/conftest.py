@@ -12,7 +12,8 @@ marker (``m<module>p<part>``) when
 
 The markers are registered here, so ``--strict-markers`` accepts them.
 
-Each lesson notebook runs once per session (``tests/run_once.py``, registered here).
+Each lesson notebook runs once per session (``tests/run_once.py``, registered here), in a kernel forked from a
+warm process (``tests/kernels.py``, registered here).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import run_once
+from tests import kernels, run_once
 from tests.lesson_index import lessons
 from tests.suite_time import pytest_runtest_logreport, pytest_sessionstart, pytest_terminal_summary  # noqa: F401
 
@@ -83,6 +84,7 @@ def parts_of(item: pytest.Item) -> set[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(run_once, "trainsys-run-each-lesson-once")
+    config.pluginmanager.register(kernels, "trainsys-forked-kernels")
     for part in sorted({lesson.part for lesson in lessons().values()}):
         config.addinivalue_line("markers", f"{part}: the tests of course part {part} (tests/conftest.py assigns it)")
 

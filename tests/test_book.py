@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import kernels
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 EXTERNAL = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*?(?:src|href)=["'](?:https?:)?//[^"']+""", re.I)
@@ -50,6 +52,8 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # local extensions are found relative to the configuration file, which now lives elsewhere
     config["sphinx"]["local_extensions"] = {name: str(ROOT / path)
                                            for name, path in config["sphinx"]["local_extensions"].items()}
+    if kernels.active():  # the lessons' python3 kernel forked from the session's warm process (tests/kernels.py)
+        config["sphinx"]["config"]["nb_kernel_rgx_aliases"] = {"python3": kernels.KERNEL}
     (out / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     result = subprocess.run(
         [str(BIN / "jupyter-book"), "build", str(ROOT), "--config", str(out / "_config.yml"), "--path-output", str(out),

@@ -137,7 +137,7 @@ def test_a_dead_server_is_replaced_and_a_refused_request_falls_back(tmp_path: Pa
     second = forkserver._current()
     assert second is not None and second is not first and second.alive()
     # a server that dies while a request is sent: the request runs as a fresh process instead
-    monkeypatch.setattr(forkserver.ForkServer, "_wait_ready",
+    monkeypatch.setattr(forkserver.ForkServer, "wait_ready",
                         lambda self: (_ for _ in ()).throw(forkserver.ServerGone("refused")))
     run = launch.run_trusted(tmp_path, "code", timeout=60, stdin="print(3)\n")
     assert run.returncode == 0 and "3" in run.stdout

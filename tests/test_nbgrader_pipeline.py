@@ -17,10 +17,10 @@ import pytest
 from trainsys.course import REPO, assignments, generate_releases, make_course_copy, run_nbgrader, solved_answers, submit
 
 ASSIGNMENTS = assignments()
-# nbgrader's autograde end to end on one NumPy part and one PyTorch part, the two shortest (every lesson's
-# cells already run, hidden checks included, under nbval; the pipeline itself is the same for every part,
-# and tests/test_autograde_class.py grades a whole class on Part 1)
-AUTOGRADED = ["m2p3-param-utilities", "m3p1-model-dataset"]
+# nbgrader's autograde end to end, unsandboxed, on the shortest PyTorch part (every lesson's cells already run,
+# hidden checks included, under nbval; the pipeline itself is the same for every part, and the NumPy lessons
+# of Part 1 are graded, sandboxed, for whole classes by tests/test_autograde_class.py and test_hostile_class.py)
+AUTOGRADED = ["m3p1-model-dataset"]
 
 
 @pytest.fixture(scope="module")

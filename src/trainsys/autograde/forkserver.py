@@ -81,19 +81,23 @@ class ServerGone(Exception):
 class ForkServer:
     """The grader's handle on one server process; :meth:`run` may be called from several threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = PRELOAD, listen: str | None = None, isolated: bool = True) -> None:
+        """Start a server that imports ``preload``; ``listen``: also take requests from connections to a
+        Unix socket at that path; ``isolated``: run it (and so every child) as ``python -I``."""
         self.owner = os.getpid()
         self._lock = threading.Lock()
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, *(["-I"] if isolated else []), "-m", __name__, str(theirs.fileno()),
+                   "--preload", ",".join(preload), *(["--listen", listen] if listen else [])]
         try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-I", "-m", __name__, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+            self._process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
         finally:
             theirs.close()
         self._ready = False
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Wait until the server has imported what it preloads (raises :class:`ServerGone` if it exits)."""
         if not self._ready:
             self._control.settimeout(120)
             try:
@@ -131,7 +135,7 @@ class ForkServer:
         kept = [stdin_w, stdout_r, stderr_r]
         try:
             with self._lock:
-                self._wait_ready()
+                self.wait_ready()
                 try:
                     socket.send_fds(self._control, [b"r"], [*given, theirs.fileno()])
                 except OSError as exc:
@@ -307,74 +311,87 @@ def run(command: list[str], module: str, args: list[str], **kwargs: Any) -> subp
 
 
 # --- the server's end ----------------------------------------------------------------------------------
-def _serve(control_fd: int) -> dict:
-    """Import :data:`PRELOAD`, then fork a child per request until the control socket closes (then exit).
-    Returns only in a child: its request, with its standard streams in place."""
+def _serve(control_fd: int, preload: tuple[str, ...], listen: str | None) -> dict:
+    """Import ``preload``, then fork a child per request until the control socket closes (then exit).
+
+    Requests come over the control socket and, with ``listen``, over connections to a Unix socket at that
+    path (one request each: a process that is not the server's owner, such as a kernel launcher). A child
+    whose requester closes its reply socket before the child ends is killed. Returns only in a child: its
+    request, with its standard streams in place."""
     skip_unused_imports()
     path = list(sys.path)  # as the interpreter set it: an import may add to it (setuptools adds its vendored copies)
-    for name in PRELOAD:
+    for name in preload:
         __import__(name)
     sys.path[:] = path
     gc.collect()
     gc.freeze()  # the imported objects stay out of the children's collections: fewer copied pages
     control = socket.socket(fileno=control_fd)
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ, "control")
+    if listen is not None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        listener.bind(listen)
+        listener.listen(64)
+        selector.register(listener, selectors.EVENT_READ, "listener")
     control.send(READY)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
-    selector = selectors.DefaultSelector()
-    selector.register(control, selectors.EVENT_READ)
-    selector.register(wake_r, selectors.EVENT_READ)
-    children: dict[int, socket.socket] = {}
+    selector.register(wake_r, selectors.EVENT_READ, "wake")
+    children: dict[int, tuple[socket.socket, bool]] = {}  # pid -> (reply socket, in its own session)
     while True:
         for key, _ in selector.select():
-            if key.fileobj is control:
+            if key.data == "listener":
+                connection, _ = key.fileobj.accept()
+                selector.register(connection, selectors.EVENT_READ, "request")
+            elif key.data in ("control", "request"):
+                sock = key.fileobj
                 try:
-                    message, fds, _, _ = socket.recv_fds(control, 16, 4)
+                    message, fds, _, _ = socket.recv_fds(sock, 16, 4)
                 except OSError:
                     message, fds = b"", []
-                if not message:
-                    for sock in children.values():
-                        sock.close()
-                    sys.exit(0)  # the grader is gone; children still running finish on their own
-                if len(fds) != 4:
-                    for fd in fds:
-                        os.close(fd)
-                    continue
-                request, reply = _read_request(fds[3])
+                if key.data == "request":
+                    selector.unregister(sock)
+                    sock.close()
+                elif not message:
+                    sys.exit(0)  # the owner is gone; children still running finish on their own
+                request, reply = _read_request(fds)
                 if request is None:
-                    for fd in fds[:3]:
-                        os.close(fd)
-                    reply.close()
                     continue
                 pid = os.fork()
                 if pid == 0:  # the child: drop the server's state, take the request's streams
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    for registered in list(selector.get_map().values()):
+                        if isinstance(registered.fileobj, socket.socket):
+                            registered.fileobj.close()
                     selector.close()
                     for fd in (wake_r, wake_w):
                         os.close(fd)
-                    control.close()
-                    for sock in children.values():
-                        sock.close()
                     reply.close()
                     for target, fd in enumerate(fds[:3]):
                         os.dup2(fd, target)
                         os.close(fd)
+                    if request.get("new_session"):
+                        os.setsid()  # its own process group: a signal to the group reaches it alone
                     return request
                 for fd in fds[:3]:
                     os.close(fd)
-                try:
+                with contextlib.suppress(OSError):
                     reply.sendall(f"pid {pid}\n".encode())
-                except OSError:
-                    pass
-                children[pid] = reply
-            else:
+                children[pid] = (reply, bool(request.get("new_session")))
+                selector.register(reply, selectors.EVENT_READ, pid)
+            elif key.data == "wake":
                 with contextlib.suppress(BlockingIOError):
                     while os.read(wake_r, 4096):
                         pass
+            else:  # a reply socket readable: its requester is gone (it never writes after the request)
+                pid = key.data
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    (os.killpg if children[pid][1] else os.kill)(pid, signal.SIGKILL)
+                selector.unregister(key.fileobj)
         while children:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -382,44 +399,69 @@ def _serve(control_fd: int) -> dict:
                 break
             if pid == 0:
                 break
-            sock = children.pop(pid, None)
-            if sock is not None:
+            reply, _ = children.pop(pid, (None, False))
+            if reply is not None:
+                if reply in (k.fileobj for k in selector.get_map().values()):
+                    selector.unregister(reply)
                 with contextlib.suppress(OSError):
-                    sock.sendall(f"exit {status}\n".encode())
-                sock.close()
+                    reply.sendall(f"exit {status}\n".encode())
+                reply.close()
 
 
-def _read_request(fd: int) -> tuple[dict | None, socket.socket]:
-    """The request line from the grader's reply socket (a trusted peer, given 10 s to write it)."""
-    reply = socket.socket(fileno=fd)
+def _read_request(fds: list[int]) -> tuple[dict | None, socket.socket | None]:
+    """The request that came with ``fds`` (stdin, stdout, stderr, reply socket): its line from the reply
+    socket (the requester is given 10 s to write it). ``(None, None)``, every descriptor closed, if there is
+    no such request."""
+    if len(fds) != 4:
+        for fd in fds:
+            os.close(fd)
+        return None, None
+    reply = socket.socket(fileno=fds[3])
     reply.settimeout(10)
     data = b""
     try:
         while not data.endswith(b"\n"):
             chunk = reply.recv(65536)
             if not chunk:
-                return None, reply
+                raise ValueError("no request")
             data += chunk
         request = json.loads(data)
+        if not isinstance(request, dict):
+            raise ValueError("not a request")
     except (OSError, ValueError):
-        return None, reply
+        for fd in fds[:3]:
+            os.close(fd)
+        reply.close()
+        return None, None
     reply.settimeout(None)
     return request, reply
 
 
-def _become(request: dict) -> None:
+def _become(request: dict, started_in: str) -> None:
     """In the child: the request's folder, environment and cap, then its module as ``__main__`` (whatever it
-    raises, ``SystemExit`` included, ends this interpreter as it would end ``python -m``)."""
+    raises, ``SystemExit`` included, ends this interpreter as it would end ``python -m``). A server that is
+    not isolated had its own folder first on ``sys.path`` (``started_in``, as ``-m`` puts it); the child has
+    the request's folder there instead."""
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    if request["memory_limit"] is not None:
-        cap_address_space(int(request["memory_limit"]), bool(request["soft_only"]))
+    if request.get("memory_limit") is not None:
+        cap_address_space(int(request["memory_limit"]), bool(request.get("soft_only")))
+    if sys.path and sys.path[0] == started_in and not sys.flags.isolated:
+        sys.path[0] = os.getcwd()
     module = request["module"]
     sys.modules.pop(module, None)  # run afresh as __main__, as ``python -m`` does
     sys.argv = [sys.argv[0], *request["args"]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
+def main(argv: list[str]) -> None:
+    """``FD [--listen PATH] [--preload MODULE,…]`` (as :class:`ForkServer` starts it)."""
+    started_in = os.getcwd()
+    listen = argv[argv.index("--listen") + 1] if "--listen" in argv else None
+    preload = tuple(argv[argv.index("--preload") + 1].split(",")) if "--preload" in argv else PRELOAD
+    _become(_serve(int(argv[0]), preload, listen), started_in)
+
+
 if __name__ == "__main__":
-    _become(_serve(int(sys.argv[1])))
+    main(sys.argv[1:])
