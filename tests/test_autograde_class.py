@@ -1,6 +1,7 @@
 """Grading a synthetic class end to end: every expected score, hostile cases, feedback, kill and resume.
 
-The class (tests/synthetic_class.py: 30 students, two notebooks each) is graded by the real command,
+The class (tests/synthetic_class.py: 30 students of a two-notebook part; those whose case is about one
+notebook hand in only that one, the others both) is graded by the real command,
 ``python -m trainsys.autograde`` (which also exports grades and writes feedback), killed with SIGKILL once
 two students are graded, and resumed by the same command. Every assertion below reads the resumed grading:
 the class's known score for every cell is also the proof that the kill lost no grade and duplicated none
@@ -45,7 +46,7 @@ def _marks(course: Path) -> int:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     course = make_course(tmp_path_factory.mktemp("class"), CLASS_LESSONS)
-    roster = students(CLASS_LESSONS)
+    roster = students(CLASS_LESSONS, their_notebook_only=True)
     submit_class(course, roster)
     process = grade(course, wait=False)
     deadline = time.monotonic() + 600
