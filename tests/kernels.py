@@ -65,9 +65,13 @@ def active() -> bool:
     return "server" in _state
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the server where this process will run a lesson notebook: a collected notebook or the book test."""
+    config = session.config
     controller = getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
-    if config.option.collectonly or controller or os.environ.get(SWITCH) == "0":
+    if config.option.collectonly or controller or os.environ.get(SWITCH) == "0" or active():
+        return
+    if not any(str(item.fspath).endswith((".ipynb", "test_book.py")) for item in session.items):
         return
     if not start():
         return
