@@ -71,7 +71,7 @@ debian-packages:
 	test -z "$$missing" || (apt-get update -qq && apt-get install -y -qq $$missing >/dev/null)
 
 test: setup vendor debian-packages browser sandbox datasets
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --durations=25 --nbval-lax tests solutions
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=25 --nbval-lax tests solutions
 
 # Lesson headers (XP, estimated time) and the part, module and introduction totals, then the student release
 # (nbgrader generate_assignment --force for every part, in one nbgrader process: trainsys.course.generate_releases).

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import kernels, run_once
+from tests import kernels, run_once, suite_time
 from tests.lesson_index import lessons
 from tests.suite_time import pytest_runtest_logreport, pytest_sessionstart, pytest_terminal_summary  # noqa: F401
 
@@ -90,6 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    suite_time.longest_first(items)
     for item in items:
         for part in sorted(parts_of(item)):
             item.add_marker(getattr(pytest.mark, part))
