@@ -10,6 +10,10 @@ STAMP  := $(VENV)/.installed
 JOBS   ?= 2
 
 export PATH := $(BIN):$(PATH)
+# When the outermost make started (seconds since the epoch): the test summary reports make test's whole time.
+ifndef TRAINSYS_MAKE_STARTED
+export TRAINSYS_MAKE_STARTED := $(shell date +%s)
+endif
 export JUPYTER_CONFIG_PATH := $(abspath autograder)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # One BLAS thread per process: tests, the book build and grading run several kernels side by side,
@@ -18,7 +22,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 
 
-.PHONY: setup vendor debian-packages browser sandbox datasets reproduce book test release new-lesson grade lab progress bench gpu-check federate clean
+.PHONY: setup vendor debian-packages installs browser sandbox datasets reproduce book test release new-lesson grade lab progress bench gpu-check federate clean
 
 setup: $(STAMP)
 
@@ -70,7 +74,11 @@ debian-packages:
 	test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz || missing="$$missing dataset-fashion-mnist"; \
 	test -z "$$missing" || (apt-get update -qq && apt-get install -y -qq $$missing >/dev/null)
 
-test: setup vendor debian-packages browser sandbox datasets
+# make test's installs that do not depend on each other (pip's, npm's and apt-get's) run side by side.
+installs:
+	@$(MAKE) --no-print-directory -j3 setup vendor debian-packages
+
+test: installs browser sandbox datasets
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=25 --nbval-lax tests solutions
 
 # Lesson headers (XP, estimated time) and the part, module and introduction totals, then the student release

@@ -48,6 +48,17 @@ def machine_busy_seconds() -> float | None:
     return (sum(ticks[:8]) - idle - iowait) / os.sysconf("SC_CLK_TCK")  # user … steal; guest is inside user
 
 
+def make_seconds(pytest_wall: float) -> float | None:
+    """Seconds since ``make`` started (``TRAINSYS_MAKE_STARTED``, set by the Makefile), or ``None`` outside make
+    or where that start is not before this run's."""
+    try:
+        started = float(os.environ["TRAINSYS_MAKE_STARTED"])
+    except (KeyError, ValueError):
+        return None
+    whole = time.time() - started
+    return whole if whole >= pytest_wall else None
+
+
 def longest_first(items: list[pytest.Item]) -> None:
     """Reorder ``items`` in place: the files of :data:`LONGEST` first, in its order; within a file and among
     the other files, the collection order."""
@@ -75,10 +86,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     wall = time.monotonic() - _started
     total = sum(_by_file.values())
-    verdict = "within" if wall <= BUDGET_SECONDS else "OVER"
     terminalreporter.section("where the suite's time goes")
-    terminalreporter.write_line(f"pytest wall {wall:.0f} s: {verdict} the {BUDGET_SECONDS} s budget of make test "
-                                f"(issue 28; its setup comes on top); {total:.0f} s in tests")
+    whole = make_seconds(wall)
+    if whole is None:
+        verdict = "within" if wall <= BUDGET_SECONDS else "OVER"
+        terminalreporter.write_line(f"pytest wall {wall:.0f} s: {verdict} the {BUDGET_SECONDS} s budget of make test "
+                                    f"(issue 28; its setup comes on top); {total:.0f} s in tests")
+    else:
+        verdict = "within" if whole <= BUDGET_SECONDS else "OVER"
+        terminalreporter.write_line(f"make test {whole:.0f} s so far (setup {whole - wall:.0f} s, pytest {wall:.0f} s): "
+                                    f"{verdict} its {BUDGET_SECONDS} s budget (issue 28); {total:.0f} s in tests")
     workers = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(_by_worker.items()))
     terminalreporter.write_line(f"per worker: {workers}")
     busy_now = machine_busy_seconds()
