@@ -20,7 +20,7 @@ CSS_URL = re.compile(r"""url\(\s*["']?(?:https?:)?//""", re.I)
 
 # The pages the reader tests below open, executed in the test build. Every other lesson is built from its
 # source without running it: nbval runs it in the same suite (`make test`), and `make book` runs all of them for
-# the published book. nbval leaves these out when this build runs in the same session (tests/conftest.py): the
+# the published book. nbval leaves these out when this build runs in the same session (tests/run_once.py): the
 # build runs every cell and fails on any error, as --nbval-lax does. Executing all 96 twice was a third of the
 # suite on 2 cores.
 EXECUTED = {
