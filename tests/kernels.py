@@ -28,7 +28,9 @@ from trainsys.autograde.forkserver import ForkServer, ServerGone
 KERNEL = "trainsys-forked"
 SWITCH = "TRAINSYS_FORKED_KERNELS"
 SERVER = "TRAINSYS_KERNEL_FORKSERVER"  # read by tests/kernel_launch.py
-PRELOAD = ("numpy", "torch", "ipykernel.kernelapp")  # not matplotlib: the kernel chooses its backend at start
+PRELOAD = ("numpy", "torch", "ipykernel.kernelapp")
+MATPLOTLIB = "tests.kernel_preload"  # Matplotlib without pyplot, fonts loaded: where the kernels' backend is ipykernel's
+INLINE = "module://matplotlib_inline.backend_inline"  # the backend ipykernel gives a kernel whose MPLBACKEND is unset
 LAUNCHER = Path(__file__).with_name("kernel_launch.py")
 
 _state: dict[str, object] = {}
@@ -47,7 +49,8 @@ def start() -> bool:
     spec = folder / "kernels" / KERNEL
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps(kernel_spec(), indent=1))
-    server = ForkServer(preload=PRELOAD, listen=str(folder / "server"), isolated=False)
+    preload = PRELOAD + ((MATPLOTLIB,) if os.environ.get("MPLBACKEND", INLINE) == INLINE else ())
+    server = ForkServer(preload=preload, listen=str(folder / "server"), isolated=False)
     try:
         server.wait_ready()
     except ServerGone:
