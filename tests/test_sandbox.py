@@ -9,6 +9,7 @@ anything that is not plain data. The class-level attacks are in tests/test_hosti
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import socket
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,6 +66,35 @@ def test_the_system_and_the_package_are_read_only() -> None:
     assert "wrote" not in run.stdout and run.stdout.count("refused") == 3
     assert run.stdout.strip().endswith("ok"), "the private tmpfs must be writable"
     assert target.read_bytes() == before
+
+
+def _fonts(font_list: dict) -> dict:
+    """A font list with its lists as sets: Matplotlib scans fonts in no fixed order."""
+    return {k: sorted(map(json.dumps, v)) if isinstance(v, list) else v for k, v in font_list.items()}
+
+
+def test_matplotlib_reads_the_font_list_built_once_and_cannot_change_it() -> None:
+    """build_font_list: the list a sandboxed process would write, given read-only to every later sandbox."""
+    fresh = _in_sandbox("import matplotlib.font_manager, os, json, matplotlib\n"
+                        "folder = matplotlib.get_cachedir()\n"
+                        "print(folder, json.dumps(json.load(open(os.path.join(folder, os.listdir(folder)[0])))))")
+    assert fresh.returncode == 0, fresh.stderr
+    folder, built_there = fresh.stdout.split(" ", 1)
+    assert folder == sb.MPL_DIR
+    font_list = sb.build_font_list(SandboxConfig())
+    assert font_list and _fonts(json.loads(Path(font_list).read_text())) == _fonts(json.loads(built_there))
+    before = Path(font_list).read_bytes()
+    run = _in_sandbox(
+        "import os, matplotlib.font_manager as fm\n"
+        "print(sorted(os.listdir(os.environ['MPLCONFIGDIR'])), len(fm.fontManager.ttflist) > 0)\n"
+        "try:\n"
+        f"    open(os.path.join(os.environ['MPLCONFIGDIR'], {Path(font_list).name!r}), 'w').write('{{}}')\n"
+        "    print('wrote')\n"
+        "except OSError as exc:\n"
+        "    print('refused')\n", SandboxConfig(font_list=font_list))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:2] == [f"[{Path(font_list).name!r}] True", "refused"], run.stdout + run.stderr
+    assert Path(font_list).read_bytes() == before
 
 
 def test_there_is_no_network() -> None:

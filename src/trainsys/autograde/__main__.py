@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import os
 import sys
 import time
@@ -41,7 +42,7 @@ from trainsys.autograde.runner import (  # noqa: E402
     nbgrader_for_run,
     plan,
 )
-from trainsys.autograde.sandbox import SandboxConfig, SandboxUnavailable, ensure_available  # noqa: E402
+from trainsys.autograde.sandbox import SandboxConfig, SandboxUnavailable, build_font_list, ensure_available  # noqa: E402
 from trainsys.autograde.selftest import SelfTestFailed, self_test  # noqa: E402
 
 UNSANDBOXED_WARNING = ("WARNING: --no-sandbox: student code runs with this user's rights and can read and change "
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                       force=args.force, db_url=args.db_url, sandbox=not args.no_sandbox,
                       sandbox_memory_mb=args.sandbox_memory_mb, grader_memory_mb=args.grader_memory_mb,
                       recheck_timeout=args.recheck_timeout)
+    if options.sandbox:  # built once, in a sandbox, rather than by every sandboxed process that imports Matplotlib
+        options = dataclasses.replace(options, font_list=build_font_list(options.sandbox_config(0)))
     skipped = survey(course, args.assignment).skipped
     write_report(skipped, course / "reports" / "intake.csv")
     for item in skipped:

@@ -23,6 +23,7 @@ class Options:
     sandbox_memory_mb: int | None = None  # all of one sandbox's processes together; None: sandbox_memory_default
     grader_memory_mb: int = 3072  # address space of each trusted process (nbgrader, the re-check's verifier)
     recheck_timeout: int | None = None  # seconds of the re-check's first try; None: max(10, 2 x timeout)
+    font_list: str = ""  # Matplotlib's font list for every sandbox (sandbox.build_font_list; "": none)
 
     def sandbox_config(self, slot: int):
         from trainsys.autograde.sandbox import SandboxConfig
@@ -30,7 +31,8 @@ class Options:
         if not self.sandbox:
             return None
         memory = self.sandbox_memory_mb or sandbox_memory_default(self.jobs, self.memory_limit_mb)
-        return SandboxConfig(address_space=self.memory_limit_mb * 2**20, memory=memory * 2**20, slot=slot)
+        return SandboxConfig(address_space=self.memory_limit_mb * 2**20, memory=memory * 2**20, slot=slot,
+                             font_list=self.font_list)
 
     @property
     def verify_timeout(self) -> float:
