@@ -425,6 +425,9 @@ def test_refused_submissions_are_explained_on_the_students_page(graded: Graded) 
         page = graded.course / "feedback" / student.name / ASSIGNMENT / f"{STEM}.html"
         assert page.is_file(), student.name
         assert "Not graded: your submitted" in page.read_text(errors="replace"), student.name
+        graded_nb = json.loads((graded.course / "autograded" / student.name / ASSIGNMENT / f"{STEM}.ipynb").read_text())
+        ran = [c for c in graded_nb["cells"] if c["cell_type"] == "code" and c.get("execution_count") is not None]
+        assert not ran, f"{student.name}: the stand-in of a refused notebook was run ({len(ran)} cells)"
 
 
 def test_the_submission_folder_is_left_as_it_was(graded: Graded) -> None:

@@ -130,8 +130,11 @@ def grade_one(options: Options, student: str, assignment: str, slot: int = 0) ->
         _clear_gradebook(options, student, assignment)
         sources = sorted((options.course / "solutions" / assignment).glob("*.ipynb"))
         wall = options.timeout * 4 * max(len(sources), 1) + 120
+        # A refused notebook is graded as its stand-in, the release, and each of its test cells fails (the verdicts
+        # below): where every notebook was refused nothing needs running, so nbgrader records it without a kernel.
+        unrun = ("--Execute.enabled=False",) if sources and {s.name for s in sources} <= set(intake.refused) else ()
         common = (f"--CourseDirectory.submitted_directory={folder}", f"--student={glob.escape(student)}", "--force",
-                  "--create")
+                  "--create", *unrun)
         run = nbgrader_for_run(options, "autograde", *common, "--", assignment, timeout=wall, slot=slot)
         if run.returncode != 0 and len(sources) == 1:  # that run was the notebook's own: no second try
             result.flags.append(f"{sources[0].name}: not gradable ({last_line(run.stderr)})")
