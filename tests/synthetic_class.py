@@ -56,11 +56,11 @@ class Student:
 # looping students would shrink (a few seconds), while a loaded machine's first import cell would risk an honest
 # time-out.
 TIMEOUT = "5"
-# --recheck-timeout: seconds of CPU the trusted re-check gives a fresh student process to load the answer or answer
-# one call, within twice that of wall-clock time. A process of these lessons loads with 0.6 s of CPU (bubblewrap,
-# then numpy, matplotlib, pytest and the part's tools), so an honest answer loses points only if it needs six times
-# that, or if a busy machine keeps it from answering within 8 s of wall-clock time twice in a row (the retry waits
-# 16 s). The default, max(10, 2 x --timeout), would give each looping student 10 s of a spinning core per cell.
+# --recheck-timeout: seconds the trusted re-check gives a fresh student process to load the answer or answer one
+# call, doubled once on a time-out. A process of these lessons loads in 0.6 s on an idle core (bubblewrap, then
+# numpy, matplotlib, pytest and the part's tools), so an honest answer loses points only if a busy machine makes
+# its load more than ten times slower twice in a row (the retry waits 8 s). The default, max(10, 2 x --timeout),
+# would give each looping student 10 + 20 + 20 s of a spinning core in the re-check instead of 4 + 8 + 8.
 RECHECK_TIMEOUT = "4"
 # --memory-limit-mb: the address space of each sandboxed process. A kernel of these NumPy lessons addresses
 # 168 MiB at its peak (VmPeak after importing numpy, ipykernel and trainsys.grading; torch, which they do not

@@ -55,8 +55,7 @@ def test_an_answer_that_times_out_after_reaching_the_cap_says_so() -> None:
     from trainsys.autograde.isolation import IsolationTimeout
 
     load = FAN_OUT + "fan_out(4, 100)\nimport time\ntime.sleep(60)\n"
-    with pytest.raises(IsolationTimeout, match=r"did not answer within 16 s \(\d+\.\d s of CPU\): it reached the "
-                                               r"sandbox's memory limit"):
+    with pytest.raises(IsolationTimeout, match=r"did not answer within 8 s: it reached the sandbox's memory limit"):
         StudentProcess([load], "f", timeout=8, sandbox=SandboxConfig(memory=200 * MIB))
 
 

@@ -78,9 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel students (default: cores)")
     parser.add_argument("--timeout", type=int, default=30, help="seconds a cell may run (default: 30)")
     parser.add_argument("--recheck-timeout", type=int, default=None,
-                        help="seconds of CPU the trusted re-check gives the student's process to load or answer "
-                             "one call, within twice that of wall-clock time; retried once with both doubled only "
-                             "when the wall-clock limit came first (default: max(10, 2 x --timeout))")
+                        help="seconds the trusted re-check gives the student's process to load or answer one "
+                             "call, doubled once on a time-out (default: max(10, 2 x --timeout))")
     parser.add_argument("--memory-limit-mb", type=int, default=6144,
                         help="address space of each process in a sandbox (default: 6144)")
     parser.add_argument("--sandbox-memory-mb", type=int, default=None,

@@ -11,11 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-WALL_FACTOR = 2
-"""The re-check's limits: a load or call may use ``timeout`` seconds of CPU within ``WALL_FACTOR * timeout``
-seconds of wall-clock time (trainsys.autograde.isolation.StudentProcess)."""
-
-
 @dataclass
 class Options:
     course: Path
@@ -41,8 +36,7 @@ class Options:
 
     @property
     def verify_timeout(self) -> float:
-        """Seconds of CPU the trusted re-check allows one load or call (within twice that of wall-clock time;
-        both doubled once after a wall-clock time-out, see verify.verify_notebook):
+        """Seconds the trusted re-check waits for one load or call (doubled once on a time-out):
         ``recheck_timeout`` when given, else ``max(10, 2 * timeout)`` (the re-check also loads the student's
         code in a fresh process, which a loaded machine slows down)."""
         if self.recheck_timeout is not None:

@@ -87,18 +87,3 @@ def proportional_size(pid: int) -> int:
         return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * resource.getpagesize()
     except (OSError, ValueError, IndexError):
         return 0
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """Seconds of CPU that ``pids`` used (user and system), with the children each has already waited for;
-    a process gone meanwhile counts 0."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime (stat fields 14-17)
-    return total / tick

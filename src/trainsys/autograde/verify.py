@@ -17,8 +17,8 @@ stdout. For every notebook of one student's assignment it
    :class:`~trainsys.autograde.isolation.RemoteFunction`, then ``trainsys.grading.check_<name>``.
 
 Verdicts: ``passed`` (full points), ``failed`` (0: a test assertion, a wrong error, an answer that does
-not load), ``unconfirmed`` (0, flagged for review: the student process crashed, sent garbage, used its CPU allowance
-without answering, or did not answer in wall-clock time even when retried once with longer limits).
+not load), ``unconfirmed`` (0, flagged for review: the student process crashed, sent garbage, or did not
+answer in time even when retried once with a longer limit).
 """
 
 from __future__ import annotations
@@ -91,12 +91,8 @@ def verify_notebook(stem: str, lesson: GradedCells, cells: list[str], timeout: f
                     sandbox: SandboxConfig | None, notes: list[str] | None = None) -> list[Verdict]:
     """Verdicts for the visible and hidden test cells of one notebook (see the module docstring).
 
-    A load or call may use ``timeout`` seconds of CPU within twice that of wall-clock time
-    (:class:`StudentProcess`). One that used its CPU is not retried: it was running all along, and a longer
-    limit would repeat the loop (an infinite loop costs ``timeout`` seconds once, not three limits). One that
-    reached the wall-clock limit first (a busy machine, or an answer that waits) is retried once with both
-    limits doubled, in a fresh process; after a second time-out, the remaining cells get one attempt at the
-    longer limits.
+    A cell whose run timed out is retried once with twice the limit in a fresh process; after a
+    second time-out, the remaining cells get one attempt at the longer limit.
     """
     verdicts = []
     limits = [timeout, 2 * timeout]
@@ -128,12 +124,8 @@ def verify_notebook(stem: str, lesson: GradedCells, cells: list[str], timeout: f
                     verdict = Verdict(stem, cell_id, "passed")
                     break
                 except IsolationTimeout as exc:
+                    verdict = Verdict(stem, cell_id, "unconfirmed", f"{exc} (retried once with {2 * timeout:.0f} s)")
                     student = None
-                    if exc.own:  # its own loop, not the machine: the cell scores 0 without a second try
-                        verdict = Verdict(stem, cell_id, "unconfirmed", str(exc))
-                        break
-                    verdict = Verdict(stem, cell_id, "unconfirmed", f"{exc} (retried once with {2 * timeout:.0f} s "
-                                                                    "of CPU)")
                     continue
                 except IsolationUnavailable as exc:
                     verdict = Verdict(stem, cell_id, "unconfirmed", str(exc))
@@ -142,8 +134,8 @@ def verify_notebook(stem: str, lesson: GradedCells, cells: list[str], timeout: f
                 except Exception as exc:  # noqa: BLE001 - a failed assertion or an error the test did not expect
                     verdict = Verdict(stem, cell_id, "failed", _failure(exc))
                     break
-            if verdict.status == "unconfirmed" and "did not answer" in verdict.message and "(retried once" in verdict.message:
-                limits = [2 * timeout]  # the machine was too slow twice: the next cell starts at the longer limits
+            if verdict.status == "unconfirmed" and "did not answer" in verdict.message:
+                limits = [2 * timeout]
             verdicts.append(_name_the_limit(verdict, sandbox))
     finally:
         if student is not None:
