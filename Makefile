@@ -9,7 +9,7 @@ BIN    := $(abspath $(VENV)/bin)
 STAMP  := $(VENV)/.installed
 # pytest-xdist workers for make test: three on two cores. The suite is CPU-bound, but some tests wait (Flower's
 # SuperNodes poll every 3 s, the browser tests wait for MathJax, torchrun's ranks meet): with two workers the
-# cores were idle 5-6 % of the run, with three 1 % (make test 875 s instead of ~905 s, 2026-12-06).
+# cores were idle 5-6 % of the run, with three 1 % (measured from fresh clones, 2026-12-06).
 JOBS   ?= 3
 UV     := uv==0.13.9
 

@@ -3,11 +3,10 @@
 Every lesson's setup cell imports Matplotlib's pyplot and pytest, and most lessons draw a figure: importing
 Matplotlib, reading its font list, loading the first font and building the mathtext parser took 0.55 s of each
 kernel's start (measured: 0.45 s import, 0.11 s first draw). This module does all of it in the server, before
-any kernel is forked, without importing pyplot or a backend for it: pyplot chooses its backend when it is
-imported, and the inline backend hooks into the kernel's IPython shell when it is imported, so both are left to
-each kernel. The backend Matplotlib reads from ``MPLBACKEND`` when it is imported is the one ipykernel would
-give the kernel (it sets the inline backend when ``MPLBACKEND`` is unset); tests/kernels.py preloads this only
-where the kernels' environment agrees.
+any kernel is forked, without importing pyplot or a backend: pyplot chooses its backend when it is imported, so
+that is left to each kernel, as in a fresh one. The backend Matplotlib reads from ``MPLBACKEND`` when it is
+imported is the one ipykernel would give the kernel (it sets the inline backend when ``MPLBACKEND`` is unset);
+tests/kernels.py preloads this only where the kernels' environment agrees.
 """
 
 import io

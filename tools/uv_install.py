@@ -2,7 +2,7 @@
 
 ``make setup`` installs ``requirements.txt`` with uv (Astral's installer, from PyPI) rather than pip: uv downloads,
 unpacks and compiles in parallel. On 2 cores (2026-12-06) a fresh environment took 54 s with pip, its cache warm,
-and 19 s with uv, its cache empty, to the same versions of the same 190 packages. uv reads none of pip's
+and 19 s with uv, its cache empty, to the same versions of the same packages. uv reads none of pip's
 configuration, yet a machine's pip settings can decide where packages come from: a folder of wheels holding
 torch's CPU build, local indexes, a constraints file. This script reads them as pip resolves them (``pip config
 list``: an environment variable over the ``install`` section over ``global``) and passes each to uv's option of

@@ -528,7 +528,8 @@ def build_font_list(config: SandboxConfig) -> str:
     each process of the re-check) scanned the system's fonts and wrote the list again: 0.1 s of CPU of its 0.5 s
     import (measured on 2 cores, 38 fonts). Building it inside a sandbox lists exactly the fonts a sandboxed process
     sees (not the grader's home folder's); only Matplotlib's own code runs there, and the copy the sandboxes are
-    given is the grader's, read-only.
+    given is the grader's, read-only, removed when the grader exits (a grader killed with SIGKILL leaves it in
+    the temporary folder, as it leaves :func:`withheld_view`'s copy).
     """
     import atexit
 
