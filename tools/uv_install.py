@@ -25,12 +25,16 @@ from pathlib import Path
 OPTIONS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
            "constraint": "--constraint"}
 """pip's settings that choose packages → uv's option with the same meaning (each value a separate option)."""
+SWITCHES = {"no-index": "--no-index"}
+"""pip's yes/no settings that choose packages → uv's flag with the same meaning (given where pip reads yes)."""
+YES = ("1", "true", "yes", "on", "y", "t")
+"""The values pip reads as yes (its ``strtobool``), in any case."""
 PRECEDENCE = (":env:", "install", "global")
 """pip's order: a ``PIP_*`` environment variable, then the ``install`` command's section, then ``global``."""
 
 
 def pip_settings(python: str = sys.executable) -> dict[str, list[str]]:
-    """``setting → values`` as ``python``'s pip would use them, for :data:`OPTIONS` and ``cert``."""
+    """``setting → values`` as ``python``'s pip would use them, for :data:`OPTIONS`, :data:`SWITCHES` and ``cert``."""
     listed = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True)
     return parse(listed.stdout)
 
@@ -41,7 +45,7 @@ def parse(listed: str) -> dict[str, list[str]]:
     for line in listed.splitlines():
         name, sep, value = line.partition("=")
         section, _, key = name.rpartition(".")
-        if sep and (key in OPTIONS or key == "cert"):
+        if sep and (key in OPTIONS or key in SWITCHES or key == "cert"):
             by_key.setdefault(key, {})[section] = ast.literal_eval(value)  # pip prints key=repr(value)
     chosen = {}
     for key, sections in by_key.items():
@@ -55,6 +59,7 @@ def command(arguments: list[str], python: str = sys.executable) -> tuple[list[st
     """uv's command line and environment for ``uv pip install ARGUMENTS`` into ``python``'s environment."""
     settings = pip_settings(python)
     options = [item for key, flag in OPTIONS.items() for value in settings.get(key, []) for item in (flag, value)]
+    options += [flag for key, flag in SWITCHES.items() if settings.get(key, [""])[0].lower() in YES]
     env = dict(os.environ)
     if settings.get("cert"):
         env["SSL_CERT_FILE"] = settings["cert"][0]  # pip's certificate bundle for uv's TLS too
